@@ -1,0 +1,182 @@
+"""The ``railyard`` command. Rich output for people, ``--json`` where a machine reads it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.tree import Tree
+
+from railyard import exitcodes
+from railyard.errors import SpecError
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+def _plan(spec: str) -> Any:
+    from railyard.spec import load_plan
+
+    return load_plan(spec)
+
+
+def _report_spec_error(exc: SpecError, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps({"valid": False, "source": exc.source, "problems": [
+            {"path": p.path, "line": p.line, "message": p.message} for p in exc.problems
+        ]}, indent=1))
+    else:
+        err.print(f"[bold red]{exc.source}[/]: {len(exc.problems)} problem(s); nothing was rendered or applied")
+        for p in exc.problems:
+            where = f"{p.path}" + (f" (line {p.line})" if p.line else "")
+            err.print(f"  [red]✗[/] [bold]{where}[/]: {p.message}", soft_wrap=True)
+    return exitcodes.ERROR
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    plan = _plan(args.spec)
+    summary = {
+        "valid": True,
+        "cluster": plan.name,
+        "nodes": len(plan.nodes),
+        "slurm_compute": len(plan.slurm.compute) if plan.slurm else 0,
+        "kubernetes_workers": len(plan.kubernetes.workers) if plan.kubernetes else 0,
+        "gpus": sum(n.hardware.gpus.count for n in plan.nodes if n.hardware.gpus),
+        "topology": plan.slurm.topology_format if plan.slurm else None,
+    }
+    if args.json:
+        print(json.dumps(summary, indent=1))
+    else:
+        out.print(
+            f"[green]✓[/] {args.spec}: cluster [bold]{plan.name}[/], {summary['nodes']} nodes "
+            f"({summary['slurm_compute']} Slurm compute, {summary['kubernetes_workers']} Kubernetes workers), "
+            f"{summary['gpus']} GPUs, Slurm topology: {summary['topology']}"
+        )
+    return exitcodes.OK
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from railyard.render import digest, render, write
+
+    plan = _plan(args.spec)
+    artifacts = render(plan)
+    try:
+        write(artifacts, Path(args.output))
+    except FileExistsError as exc:
+        err.print(f"[red]✗[/] {exc}")
+        return exitcodes.ERROR
+    if args.json:
+        print(json.dumps({"output": args.output, "files": sorted(artifacts), "digest": digest(artifacts)}, indent=1))
+    else:
+        out.print(f"[green]✓[/] rendered {len(artifacts)} files into {args.output} (digest {digest(artifacts)[:12]})")
+    return exitcodes.OK
+
+
+def cmd_topology(args: argparse.Namespace) -> int:
+    from railyard import picture
+
+    plan = _plan(args.spec)
+    if plan.fabric is None:
+        err.print("[yellow]this spec has no fabric[/]")
+        return exitcodes.ERROR
+    if args.format == "tree":
+        if args.json:
+            print(json.dumps(picture.as_dict(plan), indent=1))
+        else:
+            out.print(picture.as_tree(plan, Tree))
+        return exitcodes.OK
+    text = picture.as_dot(plan) if args.format == "dot" else picture.as_svg(plan)
+    if args.output:
+        Path(args.output).write_text(text)
+        out.print(f"[green]✓[/] wrote {args.output}")
+    else:
+        sys.stdout.write(text)
+    return exitcodes.OK
+
+
+def cmd_inventory(args: argparse.Namespace) -> int:
+    from railyard.compiler.inventory import to_script
+
+    plan = _plan(args.spec)
+    inv = to_script(plan)
+    if args.json:
+        print(json.dumps(inv, indent=1, sort_keys=True))
+        return exitcodes.OK
+    table = Table(title=f"inventory of {plan.name}")
+    for col in ("host", "address", "partition", "groups", "fabric"):
+        table.add_column(col)
+    groups_of: dict[str, list[str]] = {}
+    for group, hosts in plan.inventory.groups.items():
+        for h in hosts:
+            groups_of.setdefault(h, []).append(group)
+    for n in plan.nodes:
+        fabric = plan.inventory.hostvars[n.name].get("railyard_fabric", {})
+        table.add_row(
+            n.name,
+            n.address,
+            n.partition or "-",
+            ", ".join(groups_of.get(n.name, [])),
+            " / ".join(f"{k}={v}" for k, v in fabric.items()) or "-",
+        )
+    out.print(table)
+    return exitcodes.OK
+
+
+def cmd_lab_image(args: argparse.Namespace) -> int:
+    from railyard.lab.image import ensure_image
+
+    ref = ensure_image(force=args.force)
+    out.print(f"[green]✓[/] node image {ref}")
+    return exitcodes.OK
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="railyard", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    v = sub.add_parser("validate", help="check a spec; exit 0 when valid, 1 with every problem otherwise")
+    v.add_argument("spec")
+    v.add_argument("--json", action="store_true")
+    v.set_defaults(func=cmd_validate)
+
+    r = sub.add_parser("render", help="write every artifact (slurm.conf, topology, Kueue, ...) into a directory")
+    r.add_argument("spec")
+    r.add_argument("-o", "--output", required=True)
+    r.add_argument("--json", action="store_true")
+    r.set_defaults(func=cmd_render)
+
+    t = sub.add_parser("topology", help="show the fabric as the schedulers see it")
+    t.add_argument("spec")
+    t.add_argument("--format", choices=["tree", "dot", "svg"], default="tree")
+    t.add_argument("-o", "--output")
+    t.add_argument("--json", action="store_true")
+    t.set_defaults(func=cmd_topology)
+
+    i = sub.add_parser("inventory", help="the Ansible inventory (--json: the inventory-script format)")
+    i.add_argument("spec")
+    i.add_argument("--json", action="store_true")
+    i.set_defaults(func=cmd_inventory)
+
+    lab = sub.add_parser("lab", help="the local lab: node image")
+    lab_sub = lab.add_subparsers(dest="lab_command", required=True)
+    img = lab_sub.add_parser("image", help="build the node image offline (cached by recipe)")
+    img.add_argument("--force", action="store_true")
+    img.set_defaults(func=cmd_lab_image)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except SpecError as exc:
+        return _report_spec_error(exc, getattr(args, "json", False))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""The compiler: a pure, deterministic function from a validated spec to a :class:`Plan`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from railyard.compiler.fabric import Fabric
+from railyard.compiler.inventory import Inventory, compile_inventory
+from railyard.compiler.kubernetes import KubernetesPlan, compile_kubernetes
+from railyard.compiler.nodes import Node
+from railyard.compiler.slurm import SlurmPlan, compile_slurm
+from railyard.compiler.storage import StoragePlan, compile_storage
+from railyard.errors import SpecError
+from railyard.spec import Cluster
+
+
+@dataclass(frozen=True)
+class Plan:
+    spec: Cluster
+    nodes: tuple[Node, ...]
+    fabric: Fabric | None
+    slurm: SlurmPlan | None
+    kubernetes: KubernetesPlan | None
+    storage: StoragePlan
+    inventory: Inventory
+
+    @property
+    def name(self) -> str:
+        return self.spec.cluster.name
+
+    def node(self, name: str) -> Node:
+        return next(n for n in self.nodes if n.name == name)
+
+
+def compile(cluster: Cluster, source: str = "<spec>") -> Plan:  # noqa: A001 - the verb users know
+    """Compile a spec. Raises :class:`SpecError` if the spec breaks a cross-field rule."""
+    from railyard.validate import check
+
+    nodes, fabric, problems = check(cluster)
+    if problems:
+        raise SpecError(source, problems)
+    slurm = compile_slurm(cluster, nodes, fabric)
+    k8s = compile_kubernetes(cluster, nodes, fabric)
+    storage = compile_storage(cluster, nodes)
+    inventory = compile_inventory(cluster, nodes, fabric, slurm, k8s, storage)
+    return Plan(cluster, tuple(nodes), fabric, slurm, k8s, storage, inventory)

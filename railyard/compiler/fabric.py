@@ -1,0 +1,465 @@
+"""The fabric graph and the scheduler hierarchy derived from it.
+
+Both fabric kinds become one graph of switches and links. The hierarchy that Slurm,
+Kubernetes, Kueue and Volcano see is then derived from the graph alone:
+
+* leaf tier: leaves that share a node are one group. In a rail-optimized fabric every
+  node reaches all rail leaves of its SU, so the rails of an SU collapse into one group
+  (the SU) by construction, and every node sits under exactly one group.
+* spine tier: spines reached from the same leaf group are one group (one spine plane in a
+  two-tier fabric, one pod per spine group when there is a core tier).
+* core tier: likewise, core switches reached from the same spine group.
+
+NVLink domains are a second grouping, inside the leaf groups.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from railyard.compiler.nodes import Node
+from railyard.errors import Problem
+from railyard.hostlist import HostlistError, expand
+from railyard.spec import Cluster, Explicit, RailOptimized
+
+TIERS = ("leaf", "spine", "core")
+# The name each tier's groups carry as a scheduler level (a label key, a HyperNode tier).
+LEVEL_OF_TIER = {"leaf": "su", "spine": "spine", "core": "core"}
+
+
+@dataclass(frozen=True, slots=True)
+class FabricSwitch:
+    name: str
+    tier: str
+    radix: int
+    group: str | None
+    radix_path: str  # spec path of the radix that limits this switch, for errors
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """A logical switch for the schedulers: an SU, a spine plane or pod, the core, an NVLink domain."""
+
+    name: str
+    level: str  # su | spine | core | nvlink
+    nodes: tuple[str, ...]
+    children: tuple[str, ...] = ()
+    switches: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Fabric:
+    link_speed: str
+    switches: tuple[FabricSwitch, ...]
+    links: tuple[tuple[str, str, int], ...]  # (lower end, upper end, parallel links)
+    levels: tuple[str, ...]  # top to bottom, e.g. ("spine", "su", "nvlink")
+    groups: dict[str, tuple[Group, ...]] = field(default_factory=dict)  # level -> groups in order
+    block_sizes: tuple[int, ...] = ()
+
+    def level_of(self) -> dict[str, dict[str, str]]:
+        """node -> {level: group name}."""
+        out: dict[str, dict[str, str]] = defaultdict(dict)
+        for level, groups in self.groups.items():
+            for group in groups:
+                for node in group.nodes:
+                    out[node][level] = group.name
+        return out
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        sus = self.groups.get("su", ())
+        return tuple(n for g in sus for n in g.nodes)
+
+
+# ---------------------------------------------------------------- graph generation
+
+
+def _rail_optimized(
+    spec: RailOptimized, nodes: dict[str, Node], problems: list[Problem]
+) -> tuple[list[FabricSwitch], list[tuple[str, str, int]], list[tuple[str, list[str]]]]:
+    base = "fabric.rail_optimized"
+    sus: list[tuple[str, list[str]]] = []
+    if spec.scalable_units is not None:
+        for i, su in enumerate(spec.scalable_units):
+            sus.append((su.name, _names(su.nodes, f"{base}.scalable_units[{i}].nodes", nodes, problems)))
+    else:
+        assert spec.nodes is not None and spec.nodes_per_su is not None
+        flat = _names(spec.nodes, f"{base}.nodes", nodes, problems)
+        step = spec.nodes_per_su
+        sus = [(f"su{i // step + 1}", flat[i : i + step]) for i in range(0, len(flat), step)]
+
+    seen: dict[str, str] = {}
+    for i, (su, members) in enumerate(sus):
+        for name in members:
+            if name in seen:
+                problems.append(
+                    Problem(
+                        f"{base}.scalable_units[{i}].nodes",
+                        f"{name} is in SU {seen[name]} and SU {su}; a node sits in one SU",
+                    )
+                )
+            seen.setdefault(name, su)
+    switches: list[FabricSwitch] = []
+    links: list[tuple[str, str, int]] = []
+    for su, members in sus:
+        for rail in range(spec.rails):
+            leaf = f"{su}-rail{rail}"
+            switches.append(FabricSwitch(leaf, "leaf", spec.leaf_radix, su, f"{base}.leaf_radix"))
+            links.extend((node, leaf, 1) for node in members)
+
+    spine_path = f"{base}.spines.radix"
+    if spec.core is None:
+        spines = [f"spine{k}" for k in range(1, spec.spines.count + 1)]
+        switches.extend(FabricSwitch(s, "spine", spec.spines.radix, "spine", spine_path) for s in spines)
+        for su, _ in sus:
+            for rail in range(spec.rails):
+                links.extend((f"{su}-rail{rail}", s, spec.spines.links_per_leaf) for s in spines)
+    else:
+        per = spec.core.sus_per_group
+        cores = [f"core{k}" for k in range(1, spec.core.count + 1)]
+        switches.extend(
+            FabricSwitch(c, "core", spec.core.radix, "core", f"{base}.core.radix") for c in cores
+        )
+        for p in range(0, len(sus), per):
+            pod = f"pod{p // per + 1}"
+            spines = [f"{pod}-spine{k}" for k in range(1, spec.spines.count + 1)]
+            switches.extend(FabricSwitch(s, "spine", spec.spines.radix, pod, spine_path) for s in spines)
+            for su, _ in sus[p : p + per]:
+                for rail in range(spec.rails):
+                    links.extend((f"{su}-rail{rail}", s, spec.spines.links_per_leaf) for s in spines)
+            for s in spines:
+                links.extend((s, c, spec.core.links_per_spine) for c in cores)
+
+    for su, members in sus:
+        for name in members:
+            node = nodes[name]
+            if node.hardware.nics != spec.rails:
+                problems.append(
+                    Problem(
+                        f"nodes[{node.group_index}].hardware.nics",
+                        f"{name} has {node.hardware.nics} fabric NICs but the fabric has "
+                        f"{spec.rails} rails; set hardware.nics: {spec.rails} or "
+                        f"fabric.rail_optimized.rails: {node.hardware.nics}",
+                    )
+                )
+                break
+    return switches, links, sus
+
+
+def _explicit(
+    spec: Explicit, nodes: dict[str, Node], problems: list[Problem]
+) -> tuple[list[FabricSwitch], list[tuple[str, str, int]]]:
+    base = "fabric.explicit"
+    switches: list[FabricSwitch] = []
+    tier_of: dict[str, str] = {}
+    for i, sw in enumerate(spec.switches):
+        if sw.name in tier_of or sw.name in nodes:
+            problems.append(
+                Problem(f"{base}.switches[{i}].name", f"'{sw.name}' is already a switch or node name; rename it")
+            )
+            continue
+        tier_of[sw.name] = sw.tier
+        switches.append(FabricSwitch(sw.name, sw.tier, sw.radix, sw.group, f"{base}.switches[{i}].radix"))
+
+    order = {"node": 0, "leaf": 1, "spine": 2, "core": 3}
+    links: list[tuple[str, str, int]] = []
+    nic_count: dict[str, int] = defaultdict(int)
+    for i, link in enumerate(spec.links):
+        ends = []
+        for end in (link.a, link.b):
+            if end in nodes:
+                ends.append((end, "node"))
+            elif end in tier_of:
+                ends.append((end, tier_of[end]))
+            else:
+                problems.append(
+                    Problem(f"{base}.links[{i}]", f"'{end}' is neither a node nor a switch; add it or fix the name")
+                )
+        if len(ends) != 2:
+            continue
+        lo, hi = sorted(ends, key=lambda e: order[e[1]])
+        if order[hi[1]] - order[lo[1]] != 1:
+            problems.append(
+                Problem(
+                    f"{base}.links[{i}]",
+                    f"a link from {lo[1]} {lo[0]} to {hi[1]} {hi[0]} skips or repeats a tier; "
+                    "links go node-leaf, leaf-spine or spine-core",
+                )
+            )
+            continue
+        if lo[1] == "node":
+            nic_count[lo[0]] += link.count
+        links.append((lo[0], hi[0], link.count))
+
+    for name, count in nic_count.items():
+        node = nodes[name]
+        if count != node.hardware.nics:
+            problems.append(
+                Problem(
+                    f"nodes[{node.group_index}].hardware.nics",
+                    f"{name} has {node.hardware.nics} fabric NICs but {count} links in "
+                    f"fabric.explicit.links; cable every NIC once or fix hardware.nics",
+                )
+            )
+    return switches, links
+
+
+def _names(value: str, path: str, nodes: dict[str, Node], problems: list[Problem]) -> list[str]:
+    try:
+        names = expand(value)
+    except HostlistError as exc:
+        problems.append(Problem(path, f"{exc}; write e.g. gpu[001-032]"))
+        return []
+    unknown = [n for n in names if n not in nodes]
+    if unknown:
+        problems.append(Problem(path, f"{', '.join(unknown[:5])} not nodes of this spec; add them under 'nodes' or fix the names"))
+    return [n for n in names if n in nodes]
+
+
+# ---------------------------------------------------------------- checks and hierarchy
+
+
+class _UnionFind:
+    def __init__(self) -> None:
+        self.parent: dict[str, str] = {}
+
+    def find(self, x: str) -> str:
+        self.parent.setdefault(x, x)
+        while self.parent[x] != x:
+            self.parent[x] = self.parent[self.parent[x]]
+            x = self.parent[x]
+        return x
+
+    def union(self, items: list[str]) -> None:
+        if not items:
+            return
+        root = self.find(items[0])
+        for other in items[1:]:
+            r = self.find(other)
+            if r != root:
+                self.parent[r] = root
+
+
+def _check_ports(switches: list[FabricSwitch], links: list[tuple[str, str, int]], problems: list[Problem]) -> None:
+    used: dict[str, int] = defaultdict(int)
+    down: dict[str, int] = defaultdict(int)
+    for lo, hi, count in links:
+        used[lo] += count
+        used[hi] += count
+        down[hi] += count
+    over: dict[str, list[FabricSwitch]] = defaultdict(list)
+    for sw in switches:
+        if used[sw.name] > sw.radix:
+            over[sw.radix_path].append(sw)
+    for path, sws in over.items():
+        sw = sws[0]
+        more = f" (and {len(sws) - 1} more like it)" if len(sws) > 1 else ""
+        problems.append(
+            Problem(
+                path,
+                f"{sw.tier} {sw.name}{more} needs {used[sw.name]} ports ({down[sw.name]} down, "
+                f"{used[sw.name] - down[sw.name]} up) but has {sw.radix}; raise the radix, "
+                "use fewer or thinner uplinks, or put fewer nodes under it",
+            )
+        )
+
+
+def _derive_groups(
+    switches: list[FabricSwitch], links: list[tuple[str, str, int]], problems: list[Problem], base: str
+) -> tuple[dict[str, list[Group]], dict[str, str]]:
+    """Groups per tier, and the group each switch belongs to."""
+    tier_of = {s.name: s.tier for s in switches}
+    label = {s.name: s.group for s in switches}
+    up: dict[str, list[str]] = defaultdict(list)  # lower end -> upper switches
+    for lo, hi, _ in links:
+        up[lo].append(hi)
+
+    groups: dict[str, list[Group]] = {}
+    group_of: dict[str, str] = {}
+    # Members of the tier below, as groups: for the leaf tier, the nodes themselves.
+    below: list[tuple[str, list[str], tuple[str, ...]]] = []  # (name, below-members, nodes)
+    node_order: list[str] = []
+    for lo, _hi, _ in links:
+        if lo not in tier_of and lo not in node_order:
+            node_order.append(lo)
+    below = [(n, [n], (n,)) for n in dict.fromkeys(node_order)]
+
+    for tier in TIERS:
+        tier_switches = [s.name for s in switches if s.tier == tier]
+        if not tier_switches:
+            break
+        uf = _UnionFind()
+        for s in tier_switches:
+            uf.find(s)
+        for _name, members, _nodes in below:
+            reach = [hi for m in members for hi in up.get(m, ()) if tier_of.get(hi) == tier]
+            uf.union(reach)
+        comps: dict[str, list[str]] = defaultdict(list)
+        for s in tier_switches:
+            comps[uf.find(s)].append(s)
+        # children (below-groups) and nodes per component, in the order first reached
+        children: dict[str, list[str]] = defaultdict(list)
+        nodes: dict[str, list[str]] = defaultdict(list)
+        orphans = []
+        for name, members, member_nodes in below:
+            reach = {uf.find(hi) for m in members for hi in up.get(m, ()) if tier_of.get(hi) == tier}
+            if not reach:
+                orphans.append(name)
+                continue
+            root = next(iter(reach))
+            children[root].append(name)
+            nodes[root].extend(member_nodes)
+        if orphans:
+            what = "nodes" if tier == "leaf" else f"{LEVEL_OF_TIER[TIERS[TIERS.index(tier) - 1]]} groups"
+            problems.append(
+                Problem(base, f"{what} {', '.join(orphans[:5])} reach no {tier} switch; cable them or remove the {tier} tier")
+            )
+        level = LEVEL_OF_TIER[tier]
+        tier_groups = []
+        used_names: set[str] = set()
+        for root in sorted(comps, key=lambda r: _first_index(comps[r], switches)):
+            members = comps[root]
+            labels = {label[m] for m in members if label[m]}
+            name = labels.pop() if len(labels) == 1 else min(members)
+            if name in used_names:
+                name = min(members)
+            used_names.add(name)
+            for m in members:
+                group_of[m] = name
+            tier_groups.append(
+                Group(
+                    name,
+                    level,
+                    tuple(nodes[root]),
+                    tuple(group_of.get(c, c) for c in children[root]) if tier != "leaf" else (),
+                    tuple(members),
+                )
+            )
+        empty = [g.name for g in tier_groups if not g.nodes]
+        if empty:
+            problems.append(Problem(base, f"{tier} switches of {', '.join(empty)} reach no node; cable them or remove them"))
+        groups[level] = tier_groups
+        below = [(g.name, list(g.switches), g.nodes) for g in tier_groups]
+
+    top = list(groups)[-1] if groups else None
+    if top and len(groups[top]) > 1:
+        names = ", ".join(g.name for g in groups[top])
+        problems.append(
+            Problem(
+                base,
+                f"the fabric falls apart into {len(groups[top])} parts at the top ({names}); jobs could "
+                "never span them: connect them through a higher tier",
+            )
+        )
+    return groups, group_of
+
+
+def _first_index(members: list[str], switches: list[FabricSwitch]) -> int:
+    index = {s.name: i for i, s in enumerate(switches)}
+    return min(index[m] for m in members)
+
+
+def _nvlink(
+    cluster: Cluster, sus: list[Group], nodes: dict[str, Node], problems: list[Problem]
+) -> tuple[list[Group], tuple[int, ...]]:
+    fab = cluster.fabric
+    assert fab is not None
+    kind = "rail_optimized" if fab.rail_optimized else "explicit"
+    spec = (fab.rail_optimized or fab.explicit).nvlink  # type: ignore[union-attr]
+    if spec is None:
+        return [], ()
+    base = f"fabric.{kind}.nvlink"
+    domains: list[Group] = []
+    if spec.domain_nodes is not None and spec.domains is not None:
+        problems.append(Problem(base, "give either 'domain_nodes' or 'domains', not both"))
+        return [], ()
+    if spec.domain_nodes is not None:
+        size = spec.domain_nodes
+        for su in sus:
+            if len(su.nodes) % size:
+                problems.append(
+                    Problem(
+                        f"{base}.domain_nodes",
+                        f"NVLink domains of {size} nodes do not tile SU {su.name} ({len(su.nodes)} nodes); "
+                        f"make each SU a multiple of {size} nodes or fix domain_nodes",
+                    )
+                )
+                return [], ()
+            for i in range(0, len(su.nodes), size):
+                domains.append(Group(f"nvl{len(domains) + 1}", "nvlink", su.nodes[i : i + size]))
+    elif spec.domains is not None:
+        su_of = {n: su.name for su in sus for n in su.nodes}
+        seen: dict[str, str] = {}
+        for i, dom in enumerate(spec.domains):
+            members = _names(dom.nodes, f"{base}.domains[{i}].nodes", nodes, problems)
+            for n in members:
+                if n in seen:
+                    problems.append(Problem(f"{base}.domains[{i}].nodes", f"{n} is also in NVLink domain {seen[n]}; a node is in one domain"))
+                seen[n] = dom.name
+            owners = {su_of.get(n) for n in members}
+            if len(owners) > 1:
+                problems.append(
+                    Problem(f"{base}.domains[{i}].nodes", f"NVLink domain {dom.name} spans SUs {', '.join(sorted(map(str, owners)))}; a domain must sit inside one SU")
+                )
+            domains.append(Group(dom.name, "nvlink", tuple(members)))
+        size = max((len(d.nodes) for d in domains), default=1)
+    else:
+        problems.append(Problem(base, "give 'domain_nodes' (rail-optimized) or 'domains' (explicit)"))
+        return [], ()
+
+    if spec.block_sizes is not None:
+        sizes = tuple(spec.block_sizes)
+        if sizes[0] != size:
+            problems.append(
+                Problem(f"{base}.block_sizes", f"the first block size must be the NVLink domain size {size}, not {sizes[0]}")
+            )
+        for a, b in zip(sizes, sizes[1:]):
+            ratio = b // a if b % a == 0 else 0
+            if ratio < 2 or ratio & (ratio - 1):
+                problems.append(
+                    Problem(f"{base}.block_sizes", f"{b} is not a power-of-two multiple of {a}; each block size is 2, 4, 8, ... times the one before")
+                )
+                break
+    else:
+        largest = max((len(su.nodes) for su in sus), default=size)
+        sizes = [size]
+        while sizes[-1] * 2 <= largest:
+            sizes.append(sizes[-1] * 2)
+        sizes = tuple(sizes)
+    return domains, sizes
+
+
+def build_fabric(cluster: Cluster, nodes: list[Node]) -> tuple[Fabric | None, list[Problem]]:
+    problems: list[Problem] = []
+    fab = cluster.fabric
+    if fab is None:
+        return None, problems
+    by_name = {n.name: n for n in nodes}
+    if fab.rail_optimized is not None:
+        switches, links, _sus = _rail_optimized(fab.rail_optimized, by_name, problems)
+        base = "fabric.rail_optimized"
+    else:
+        assert fab.explicit is not None
+        switches, links = _explicit(fab.explicit, by_name, problems)
+        base = "fabric.explicit"
+    _check_ports(switches, links, problems)
+    groups, _group_of = _derive_groups(switches, links, problems, base)
+    sus = groups.get("su", [])
+    domains, block_sizes = _nvlink(cluster, sus, by_name, problems)
+    if domains:
+        groups["nvlink"] = domains
+    levels = tuple(reversed([lvl for lvl in ("su", "spine", "core") if lvl in groups]))
+    if domains:
+        levels += ("nvlink",)
+    return (
+        Fabric(
+            link_speed=fab.link_speed,
+            switches=tuple(switches),
+            links=tuple(links),
+            levels=levels,
+            groups={k: tuple(v) for k, v in groups.items()},
+            block_sizes=block_sizes,
+        ),
+        problems,
+    )

@@ -1,0 +1,236 @@
+"""Kubernetes: node labels per fabric level, Kueue objects (v1beta2), Volcano queues and HyperNodes.
+
+The levels are the fabric's, the same groups Slurm's topology.conf names, so a job that
+asks Kueue or Volcano for "one SU" and one that asks Slurm for ``--switches=1`` get the
+same set of nodes to choose from.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from railyard.compiler.fabric import Fabric
+from railyard.compiler.nodes import Node
+from railyard.spec import Cluster
+
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_LABEL = "railyard.dev/gpu"
+PARTITION_LABEL = "railyard.dev/partition"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+TOPOLOGY_NAME = "fabric"
+KUEUE_API = "kueue.x-k8s.io/v1beta2"
+VOLCANO_API = "scheduling.volcano.sh/v1beta1"
+HYPERNODE_API = "topology.volcano.sh/v1alpha1"
+# HyperNode tiers count from the bottom: the finest level the schedulers see is tier 1.
+VOLCANO_LEVELS = ("nvlink", "su", "spine", "core")
+
+
+@dataclass(frozen=True)
+class KubernetesPlan:
+    control_plane: tuple[str, ...]
+    workers: tuple[str, ...]
+    label_keys: tuple[str, ...]  # fabric levels, top to bottom, then hostname
+    labels: dict[str, dict[str, str]]  # node -> labels
+    kueue: tuple[dict[str, Any], ...]
+    volcano: tuple[dict[str, Any], ...]
+    volcano_scheduler_conf: dict[str, Any]
+
+
+def flavor_of(node: Node) -> str:
+    return node.hardware.gpus.type if node.hardware.gpus else "cpu"
+
+
+def flavor_capacity(workers: list[Node]) -> dict[str, dict[str, int]]:
+    """What the workers of each flavor have in all: cpu, memory_mb, gpu."""
+    cap: dict[str, dict[str, int]] = defaultdict(lambda: {"cpu": 0, "memory_mb": 0, "gpu": 0})
+    for n in workers:
+        c = cap[flavor_of(n)]
+        c["cpu"] += n.hardware.cpus
+        c["memory_mb"] += n.hardware.memory_mb
+        c["gpu"] += n.hardware.gpus.count if n.hardware.gpus else 0
+    return dict(cap)
+
+
+def _labels(cluster: Cluster, workers: list[Node], fabric: Fabric | None) -> tuple[tuple[str, ...], dict[str, dict[str, str]]]:
+    k8s = cluster.partitions.kubernetes
+    assert k8s is not None
+    prefix = k8s.label_prefix
+    levels = fabric.levels if fabric else ()
+    where = fabric.level_of() if fabric else {}
+    keys = tuple(f"{prefix}/{lvl}" for lvl in levels) + (HOSTNAME_LABEL,)
+    labels: dict[str, dict[str, str]] = {}
+    for n in workers:
+        mine = {PARTITION_LABEL: "kubernetes", GPU_LABEL: flavor_of(n)}
+        for lvl in levels:
+            if lvl in where.get(n.name, {}):
+                mine[f"{prefix}/{lvl}"] = where[n.name][lvl]
+        labels[n.name] = mine
+    return keys, labels
+
+
+def _quantity_mb(mb: int) -> str:
+    return f"{mb}Mi"
+
+
+def _kueue(cluster: Cluster, workers: list[Node], keys: tuple[str, ...], has_fabric: bool) -> list[dict[str, Any]]:
+    k8s = cluster.partitions.kubernetes
+    assert k8s is not None
+    kueue = k8s.kueue
+    if not kueue.enabled:
+        return []
+    capacity = flavor_capacity(workers)
+    flavors = sorted(capacity, key=lambda f: (f == "cpu", f))
+    has_gpus = any(capacity[f]["gpu"] for f in flavors)
+    objs: list[dict[str, Any]] = []
+    if has_fabric:
+        objs.append(
+            {
+                "apiVersion": KUEUE_API,
+                "kind": "Topology",
+                "metadata": {"name": TOPOLOGY_NAME},
+                "spec": {"levels": [{"nodeLabel": k} for k in keys]},
+            }
+        )
+    for f in flavors:
+        spec: dict[str, Any] = {"nodeLabels": {GPU_LABEL: f, PARTITION_LABEL: "kubernetes"}}
+        if has_fabric:
+            spec["topologyName"] = TOPOLOGY_NAME
+        objs.append({"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": f}, "spec": spec})
+    for c in kueue.cohorts:
+        objs.append(
+            {
+                "apiVersion": KUEUE_API,
+                "kind": "Cohort",
+                "metadata": {"name": c.name},
+                "spec": {"parentName": c.parent} if c.parent else {},
+            }
+        )
+    covered = ["cpu", "memory"] + ([GPU_RESOURCE] if has_gpus else [])
+    cluster_queues = kueue.cluster_queues
+    local_queues = kueue.local_queues
+    if not cluster_queues:  # one queue with everything, so a fresh cluster admits jobs
+        from railyard.spec import ClusterQueue, LocalQueue
+
+        cluster_queues = [ClusterQueue(name="default")]
+        local_queues = local_queues or [LocalQueue(name="default", namespace="default", cluster_queue="default")]
+    for cq in cluster_queues:
+        flavor_specs = []
+        for f in flavors:
+            have = capacity[f]
+            quota = (cq.quotas or {}).get(f) if cq.quotas is not None else None
+            if cq.quotas is not None and quota is None:
+                cpu = mem = gpu = 0
+            else:
+                cpu = quota.cpu if quota and quota.cpu is not None else have["cpu"]
+                mem = quota.memory_mb if quota and quota.memory_mb is not None else have["memory_mb"]
+                gpu = quota.gpu if quota and quota.gpu is not None else have["gpu"]
+            resources = [{"name": "cpu", "nominalQuota": cpu}, {"name": "memory", "nominalQuota": _quantity_mb(mem)}]
+            if has_gpus:
+                resources.append({"name": GPU_RESOURCE, "nominalQuota": gpu})
+            flavor_specs.append({"name": f, "resources": resources})
+        spec = {}
+        if cq.cohort:
+            spec["cohortName"] = cq.cohort
+        spec["namespaceSelector"] = (
+            {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": list(cq.namespaces)}]}
+            if cq.namespaces
+            else {}
+        )
+        spec["resourceGroups"] = [{"coveredResources": covered, "flavors": flavor_specs}]
+        objs.append({"apiVersion": KUEUE_API, "kind": "ClusterQueue", "metadata": {"name": cq.name}, "spec": spec})
+    for lq in local_queues:
+        objs.append(
+            {
+                "apiVersion": KUEUE_API,
+                "kind": "LocalQueue",
+                "metadata": {"namespace": lq.namespace, "name": lq.name},
+                "spec": {"clusterQueue": lq.cluster_queue},
+            }
+        )
+    return objs
+
+
+def _volcano(cluster: Cluster, workers: list[Node], fabric: Fabric | None) -> list[dict[str, Any]]:
+    k8s = cluster.partitions.kubernetes
+    assert k8s is not None
+    if not k8s.volcano.enabled:
+        return []
+    objs: list[dict[str, Any]] = []
+    for q in k8s.volcano.queues:
+        # No capability: Kueue holds the quota; capping here too would count it twice.
+        objs.append(
+            {
+                "apiVersion": VOLCANO_API,
+                "kind": "Queue",
+                "metadata": {"name": q.name},
+                "spec": {"weight": q.weight, "reclaimable": q.reclaimable},
+            }
+        )
+    if fabric is None:
+        return objs
+    names = {n.name for n in workers}
+    with_tier_name = tuple(map(int, cluster.cluster.versions.volcano.split("."))) >= (1, 14, 0)
+    present = [lvl for lvl in VOLCANO_LEVELS if lvl in fabric.groups]
+    kept: dict[str, set[str]] = {}
+    for tier, level in enumerate(present, start=1):
+        kept[level] = set()
+        for group in fabric.groups[level]:
+            if tier == 1:
+                members = [{"type": "Node", "selector": {"exactMatch": {"name": n}}} for n in group.nodes if n in names]
+            else:
+                below = present[tier - 2]
+                children = _children(fabric, level, group, below)
+                members = [
+                    {"type": "HyperNode", "selector": {"exactMatch": {"name": c}}} for c in children if c in kept[below]
+                ]
+            if not members:
+                continue
+            kept[level].add(group.name)
+            spec: dict[str, Any] = {"tier": tier}
+            if with_tier_name:
+                spec["tierName"] = level
+            spec["members"] = members
+            objs.append({"apiVersion": HYPERNODE_API, "kind": "HyperNode", "metadata": {"name": group.name}, "spec": spec})
+    return objs
+
+
+def _children(fabric: Fabric, level: str, group: Any, below: str) -> list[str]:
+    if level == "su" and below == "nvlink":
+        mine = set(group.nodes)
+        return [d.name for d in fabric.groups["nvlink"] if d.nodes and d.nodes[0] in mine]
+    return list(group.children)
+
+
+def _scheduler_conf(with_topology: bool) -> dict[str, Any]:
+    """volcano-scheduler.conf: the shipped default, plus network-topology-aware for HyperNodes."""
+    second = [
+        {"name": "overcommit"},
+        {"name": "drf", "enablePreemptable": False},
+        {"name": "predicates"},
+        {"name": "proportion"},
+        {"name": "nodeorder"},
+        {"name": "binpack"},
+    ]
+    if with_topology:
+        second.append({"name": "network-topology-aware", "arguments": {"weight": 10}})
+    first = [{"name": "priority"}, {"name": "gang", "enablePreemptable": False}, {"name": "conformance"}]
+    return {"actions": "enqueue, allocate, backfill", "tiers": [{"plugins": first}, {"plugins": second}]}
+
+
+def compile_kubernetes(cluster: Cluster, nodes: list[Node], fabric: Fabric | None) -> KubernetesPlan | None:
+    k8s = cluster.partitions.kubernetes
+    if k8s is None:
+        return None
+    workers = [n for n in nodes if "k8s_worker" in n.roles]
+    keys, labels = _labels(cluster, workers, fabric)
+    return KubernetesPlan(
+        control_plane=tuple(n.name for n in nodes if "k8s_control_plane" in n.roles),
+        workers=tuple(n.name for n in workers),
+        label_keys=keys,
+        labels=labels,
+        kueue=tuple(_kueue(cluster, workers, keys, fabric is not None)),
+        volcano=tuple(_volcano(cluster, workers, fabric)),
+        volcano_scheduler_conf=_scheduler_conf(fabric is not None),
+    )

@@ -1,0 +1,607 @@
+"""The cluster spec: the one file a user edits (``inventories/<env>/cluster.yaml``).
+
+Two passes: pydantic checks the shape of every field (``extra='forbid'``, types, ranges),
+then :mod:`railyard.validate` checks the rules that span fields (ports, partitions,
+addresses, quotas). Both report YAML paths with line numbers and say what to change.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from railyard.errors import Problem, SpecError
+
+SLURM_VERSIONS = ("22.05", "23.11", "24.05", "24.11", "25.05", "25.11", "26.05")
+SlurmVersion = Literal["22.05", "23.11", "24.05", "24.11", "25.05", "25.11", "26.05"]
+
+Name = Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,62}$")]
+# A hostlist in Slurm/ClusterShell syntax, e.g. "gpu[001-032],kw1"; expanded in validation.
+Hostlist = Annotated[str, Field(min_length=1)]
+# A reference to a secret, never the secret itself: env:VAR, file:/path, or pulumi:configKey.
+SECRET_REF = re.compile(r"^(env:[A-Za-z_][A-Za-z0-9_]*|file:/\S+|pulumi:[A-Za-z][A-Za-z0-9_.:-]*)$")
+SLURM_TIME = re.compile(r"^(INFINITE|UNLIMITED|\d+|\d+:\d{2}(:\d{2})?|\d+-\d+(:\d{2}(:\d{2})?)?)$")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SecretRef(Strict):
+    """Wraps a secret reference so a plain-text secret is caught wherever one is expected."""
+
+    ref: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            if not SECRET_REF.match(value):
+                raise ValueError(
+                    "looks like a plain-text secret; write a reference instead: "
+                    "'env:VAR_NAME', 'file:/path/to/secret' or 'pulumi:configKey' "
+                    "(set it with `pulumi config set --secret configKey`)"
+                )
+            return {"ref": value}
+        return value
+
+
+# ---------------------------------------------------------------- cluster and network
+
+
+class Versions(Strict):
+    slurm: SlurmVersion = "22.05"
+    kubernetes: Annotated[str, Field(pattern=r"^1\.\d{2}$")] = "1.34"
+    kueue: Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+$")] = "0.17.0"
+    volcano: Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+$")] = "1.15.1"
+
+
+class ClusterMeta(Strict):
+    name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,39}$")]
+    domain: Annotated[str, Field(pattern=r"^([a-z0-9]([a-z0-9-]*[a-z0-9])?\.)+[a-z]{2,}$")]
+    versions: Versions = Versions()
+
+
+class ManagementNetwork(Strict):
+    cidr: ipaddress.IPv4Network
+    # Offset inside the CIDR of the first address handed out; lower ones stay free for
+    # gateways and services.
+    first_host: Annotated[int, Field(ge=1)] = 10
+
+
+class Network(Strict):
+    management: ManagementNetwork
+
+
+# ---------------------------------------------------------------- nodes
+
+
+class Gpus(Strict):
+    type: Annotated[str, Field(pattern=r"^[a-z0-9_]+$")]
+    count: Annotated[int, Field(ge=1, le=16)]
+    # Device files for gres.conf File=; default /dev/nvidia[0-<count-1>].
+    devices: str | None = None
+    # Lab only: create stand-in character devices so GRES allocation runs for real
+    # without GPUs. Never set on real hardware.
+    stand_in: bool = False
+
+
+class Hardware(Strict):
+    sockets: Annotated[int, Field(ge=1, le=16)]
+    cores_per_socket: Annotated[int, Field(ge=1, le=512)]
+    threads_per_core: Annotated[int, Field(ge=1, le=8)] = 1
+    memory_mb: Annotated[int, Field(ge=256)]
+    gpus: Gpus | None = None
+    # Fabric NICs (one per rail). Management NICs are not counted.
+    nics: Annotated[int, Field(ge=0, le=32)] = 0
+    nic_names: list[str] | None = None  # RDMA device names, e.g. mlx5_0; for NCCL_IB_HCA
+
+    @property
+    def cpus(self) -> int:
+        return self.sockets * self.cores_per_socket * self.threads_per_core
+
+
+class Bmc(Strict):
+    # "{name}" is replaced by the node name, e.g. https://{name}-bmc.mgmt.example
+    address: str
+    username: str
+    password: SecretRef
+    system_id: str | None = None
+    verify_tls: bool = True
+
+
+class Provision(Strict):
+    driver: Literal["podman", "ssh", "redfish"] = "podman"
+    ssh_user: str = "root"
+    bmc: Bmc | None = None
+
+    @model_validator(mode="after")
+    def _bmc_for_redfish(self) -> Provision:
+        if self.driver == "redfish" and self.bmc is None:
+            raise ValueError("driver 'redfish' needs a 'bmc' block (address, username, password)")
+        if self.driver != "redfish" and self.bmc is not None:
+            raise ValueError(f"'bmc' is only used by driver 'redfish', not '{self.driver}'")
+        return self
+
+
+class NodeGroup(Strict):
+    group: Name
+    # Either a hostlist of names, or a pattern with {index} and a count.
+    names: Hostlist | None = None
+    pattern: str | None = None
+    count: Annotated[int, Field(ge=1)] | None = None
+    start: Annotated[int, Field(ge=0)] = 1
+    hardware: Hardware
+    # Pin the first address of this group so growing an earlier group never renumbers it.
+    first_address: ipaddress.IPv4Address | None = None
+    addresses: dict[str, ipaddress.IPv4Address] = {}
+    provision: Provision = Provision()
+
+    @model_validator(mode="after")
+    def _names_or_pattern(self) -> NodeGroup:
+        if self.names is not None and (self.pattern is not None or self.count is not None):
+            raise ValueError("give either 'names' or 'pattern' with 'count', not both")
+        if self.names is None:
+            if self.pattern is None or self.count is None:
+                raise ValueError("give 'names' (a hostlist) or 'pattern' and 'count'")
+            if "{index" not in self.pattern:
+                raise ValueError(
+                    f"pattern {self.pattern!r} has no '{{index}}' field; e.g. 'gpu{{index:03}}'"
+                )
+        return self
+
+    def hostnames(self) -> list[str]:
+        from railyard.hostlist import expand
+
+        if self.names is not None:
+            return expand(self.names)
+        assert self.pattern is not None and self.count is not None
+        return [self.pattern.format(index=i) for i in range(self.start, self.start + self.count)]
+
+
+# ---------------------------------------------------------------- fabric
+
+
+class NvLink(Strict):
+    """NVLink domains (e.g. GB200 NVL72: 18 nodes of 4 GPUs per domain)."""
+
+    domain_nodes: Annotated[int, Field(ge=1)] | None = None  # rail-optimized: domains tile each SU
+    domains: list[NvLinkDomain] | None = None  # explicit fabrics: listed domains
+    # Slurm BlockSizes; default: domain size, doubled while it fits in a scalable unit.
+    block_sizes: list[Annotated[int, Field(ge=1)]] | None = None
+
+
+class NvLinkDomain(Strict):
+    name: Name
+    nodes: Hostlist
+
+
+class Spines(Strict):
+    count: Annotated[int, Field(ge=1)]
+    radix: Annotated[int, Field(ge=2)] = 64
+    links_per_leaf: Annotated[int, Field(ge=1)] = 1  # parallel links from every leaf to each spine
+
+
+class Core(Strict):
+    count: Annotated[int, Field(ge=1)]
+    radix: Annotated[int, Field(ge=2)] = 64
+    links_per_spine: Annotated[int, Field(ge=1)] = 1
+    sus_per_group: Annotated[int, Field(ge=1)]  # SUs that share one group of spines
+
+
+class ScalableUnit(Strict):
+    name: Name
+    nodes: Hostlist
+
+
+class RailOptimized(Strict):
+    rails: Annotated[int, Field(ge=1, le=16)]
+    # Either scalable_units listed by name, or nodes cut into SUs of nodes_per_su.
+    scalable_units: list[ScalableUnit] | None = None
+    nodes: Hostlist | None = None
+    nodes_per_su: Annotated[int, Field(ge=1)] | None = None
+    leaf_radix: Annotated[int, Field(ge=2)] = 64
+    spines: Spines
+    core: Core | None = None
+    nvlink: NvLink | None = None
+
+    @model_validator(mode="after")
+    def _one_way_to_name_sus(self) -> RailOptimized:
+        listed = self.scalable_units is not None
+        chunked = self.nodes is not None or self.nodes_per_su is not None
+        if listed == chunked:
+            raise ValueError(
+                "give either 'scalable_units' (a list of name + nodes) or 'nodes' with "
+                "'nodes_per_su', exactly one of the two"
+            )
+        if chunked and (self.nodes is None or self.nodes_per_su is None):
+            raise ValueError("'nodes' and 'nodes_per_su' go together")
+        return self
+
+
+class Switch(Strict):
+    name: Name
+    tier: Literal["leaf", "spine", "core"]
+    radix: Annotated[int, Field(ge=2)]
+    # The Slurm/Kubernetes group this switch belongs to; switches that share nodes are one
+    # group anyway (the rails of an SU), this only names it.
+    group: Name | None = None
+
+
+class Link(Strict):
+    a: str  # node name or switch name
+    b: str  # switch name
+    count: Annotated[int, Field(ge=1)] = 1
+
+
+class Explicit(Strict):
+    switches: list[Switch]
+    links: list[Link]
+    nvlink: NvLink | None = None
+
+
+class Fabric(Strict):
+    link_speed: Literal["200G", "400G", "800G"]
+    rail_optimized: RailOptimized | None = None
+    explicit: Explicit | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Fabric:
+        if (self.rail_optimized is None) == (self.explicit is None):
+            raise ValueError("give exactly one of 'rail_optimized' or 'explicit'")
+        return self
+
+
+# ---------------------------------------------------------------- Slurm partition
+
+
+class PackageSource(Strict):
+    """Where a package comes from; exactly one of url, path, apt."""
+
+    url: str | None = None
+    path: str | None = None
+    apt: str | None = None  # package name from an apt repository the node already has
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> PackageSource:
+        given = [k for k in ("url", "path", "apt") if getattr(self, k)]
+        if len(given) != 1:
+            raise ValueError("give exactly one of 'url', 'path' or 'apt'")
+        return self
+
+
+class SlurmPartitionDef(Strict):
+    name: Name
+    nodes: Hostlist
+    default: bool = False
+    max_time: str = "INFINITE"
+    default_time: str | None = None
+    def_cpu_per_gpu: Annotated[int, Field(ge=1)] | None = None
+    def_mem_per_gpu_mb: Annotated[int, Field(ge=1)] | None = None
+    # topology.yaml (25.05+): which topology this partition schedules by.
+    topology: Literal["fabric", "nvlink", "flat"] | None = None
+
+    @field_validator("max_time", "default_time")
+    @classmethod
+    def _slurm_time(cls, value: str | None) -> str | None:
+        if value is not None and not SLURM_TIME.match(value):
+            raise ValueError(
+                f"{value!r} is not a Slurm time; use INFINITE, minutes, 'h:m:s' or 'd-h:m:s'"
+            )
+        return value
+
+
+class Pyxis(Strict):
+    enabled: bool = True
+    version: str = "0.24.0"
+    runtime_path: str = "/run/pyxis"
+    execute_entrypoint: bool = False
+    container_scope: Literal["global", "job"] = "global"
+    sbatch_support: bool = True
+    package: PackageSource | None = None
+
+
+class Enroot(Strict):
+    enabled: bool = True
+    version: str = "4.1.2"
+    runtime_path: str = "/run/enroot/user-$(id -u)"
+    cache_path: str = "/var/lib/enroot/cache/group-$(id -g)"
+    data_path: str = "/var/lib/enroot/data/user-$(id -u)"
+    squash_options: str = "-comp lzo -noD -exit-on-error"
+    mount_home: bool = False
+    restrict_dev: bool = True
+    remap_root: bool = False
+    package: PackageSource | None = None
+
+
+class Accounting(Strict):
+    host: str  # node running slurmdbd
+    storage_host: str
+    storage_user: str = "slurm"
+    storage_password: SecretRef
+
+
+class Slurm(Strict):
+    controllers: Hostlist
+    login: Hostlist | None = None
+    partitions: list[SlurmPartitionDef] = Field(min_length=1)
+    topology: Literal["auto", "tree", "block", "yaml"] = "auto"
+    # Real clusters confine jobs with cgroups; lab containers cannot.
+    cgroups: bool = True
+    mpi_default: Literal["none", "pmix", "pmi2"] = "none"
+    # Seconds a --switches=N@T job may wait for its placement (Slurm's default is 300).
+    max_switch_wait: Annotated[int, Field(ge=0)] = 1800
+    gres_autodetect: Literal["off", "nvml", "nvidia"] = "off"
+    accounting: Accounting | None = None
+    munge_key: SecretRef | None = None  # default: generated once and kept as a Pulumi secret
+    pyxis: Pyxis = Pyxis()
+    enroot: Enroot = Enroot()
+
+
+# ---------------------------------------------------------------- Kubernetes partition
+
+
+class ResourceQuota(Strict):
+    cpu: Annotated[int, Field(ge=0)] | None = None
+    memory_mb: Annotated[int, Field(ge=0)] | None = None
+    gpu: Annotated[int, Field(ge=0)] | None = None
+
+
+class Cohort(Strict):
+    name: Name
+    parent: Name | None = None
+
+
+class ClusterQueue(Strict):
+    name: Name
+    cohort: Name | None = None
+    namespaces: list[Name] | None = None  # None: every namespace
+    # Per flavor (GPU type, or "cpu" for nodes without GPUs); default: all the partition has.
+    quotas: dict[str, ResourceQuota] | None = None
+
+
+class LocalQueue(Strict):
+    name: Name
+    namespace: Name
+    cluster_queue: Name
+
+
+class Kueue(Strict):
+    enabled: bool = True
+    cohorts: list[Cohort] = []
+    cluster_queues: list[ClusterQueue] = []
+    local_queues: list[LocalQueue] = []
+
+
+class VolcanoQueue(Strict):
+    name: Name
+    weight: Annotated[int, Field(ge=1, le=65535)] = 1
+    reclaimable: bool = True
+
+
+class Volcano(Strict):
+    enabled: bool = True
+    queues: list[VolcanoQueue] = []
+
+
+class Kubernetes(Strict):
+    control_plane: Hostlist
+    workers: Hostlist
+    label_prefix: Annotated[str, Field(pattern=r"^([a-z0-9]([a-z0-9-]*[a-z0-9])?\.)+[a-z]{2,}$")] = (
+        "topology.railyard.dev"
+    )
+    kueue: Kueue = Kueue()
+    volcano: Volcano = Volcano()
+
+
+class Partitions(Strict):
+    slurm: Slurm | None = None
+    kubernetes: Kubernetes | None = None
+
+
+# ---------------------------------------------------------------- storage
+
+MountPoint = Annotated[str, Field(pattern=r"^/[A-Za-z0-9._/-]*[A-Za-z0-9._-]$")]
+
+
+class NfsExport(Strict):
+    path: MountPoint
+    clients: ipaddress.IPv4Network | None = None  # default: the management CIDR
+    options: list[str] = ["rw", "sync", "no_subtree_check", "root_squash"]
+
+
+class NfsMount(Strict):
+    export: MountPoint
+    mount_point: MountPoint
+    options: list[str] = ["vers=4.2", "proto=tcp", "hard", "_netdev"]
+    clients: Hostlist = "all"  # "all": every node but the server
+
+
+class Nfs(Strict):
+    server: str
+    # Skip the NFSv4 grace period after a server (re)start. Lab only: real servers keep it
+    # so clients can reclaim locks.
+    graceless: bool = False
+    exports: list[NfsExport] = Field(min_length=1)
+    mounts: list[NfsMount] = []
+
+
+class LNetNetwork(Strict):
+    net: Annotated[str, Field(pattern=r"^(o2ib|tcp|kfi|gni)\d*$")]
+    interface: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]+$")]
+
+
+class Lustre(Strict):
+    fsname: Annotated[str, Field(pattern=r"^[A-Za-z0-9_]{1,8}$")]
+    # One entry per MGS node, in failover order; each lists that node's NIDs.
+    mgs: list[list[Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]+@(o2ib|tcp|kfi|gni)\d*$")]]] = (
+        Field(min_length=1)
+    )
+    networks: list[LNetNetwork] = Field(min_length=1)
+    mount_point: MountPoint
+    options: list[str] = ["defaults", "_netdev", "flock", "noatime"]
+    clients: Hostlist = "all"
+    package: PackageSource | None = None
+
+
+class Storage(Strict):
+    nfs: Nfs | None = None
+    lustre: Lustre | None = None
+
+
+# ---------------------------------------------------------------- the whole spec
+
+
+class Cluster(Strict):
+    cluster: ClusterMeta
+    network: Network
+    nodes: list[NodeGroup] = Field(min_length=1)
+    fabric: Fabric | None = None
+    partitions: Partitions
+    storage: Storage = Storage()
+
+
+# ---------------------------------------------------------------- loading
+
+
+def load(path: str | Path) -> Cluster:
+    """Read, parse and validate a spec; raise :class:`SpecError` naming every problem."""
+    return load_plan(path).spec
+
+
+def loads(text: str, source: str = "<spec>") -> Cluster:
+    return loads_plan(text, source).spec
+
+
+def load_plan(path: str | Path) -> Any:
+    """Read, validate and compile in one pass: the entry point of the CLI and Pulumi."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SpecError(str(path), [Problem("<file>", f"cannot read the spec: {exc.strerror}")])
+    return loads_plan(text, source=str(path))
+
+
+def loads_plan(text: str, source: str = "<spec>") -> Any:
+    from railyard.compiler import compile as compile_plan
+
+    data, lines = _parse_yaml(text, source)
+    try:
+        cluster = Cluster.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(source, [_problem(err, lines) for err in exc.errors()]) from None
+    try:
+        return compile_plan(cluster, source)
+    except SpecError as exc:
+        raise SpecError(source, [_with_line(p, lines) for p in exc.problems]) from None
+
+
+def _parse_yaml(text: str, source: str) -> tuple[Any, dict[str, int]]:
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark else None
+        what = getattr(exc, "problem", None) or str(exc)
+        raise SpecError(
+            source, [Problem("<yaml>", f"not valid YAML: {what}; fix the syntax", line)]
+        ) from None
+    if not isinstance(data, dict):
+        raise SpecError(
+            source, [Problem("<root>", "the spec must be a mapping with 'cluster', 'nodes', ...")]
+        )
+    lines: dict[str, int] = {}
+    _index_lines(node, "", lines)
+    return data, lines
+
+
+def _index_lines(node: yaml.Node, path: str, out: dict[str, int]) -> None:
+    out.setdefault(path, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            child = f"{path}.{key.value}" if path else str(key.value)
+            out[child] = key.start_mark.line + 1
+            _index_lines(value, child, out)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _index_lines(item, f"{path}[{i}]", out)
+
+
+def yaml_path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "<root>"
+
+
+def _line_for(path: str, lines: dict[str, int]) -> int | None:
+    while path:
+        if path in lines:
+            return lines[path]
+        path = re.sub(r"(\.[^.\[]+|\[\d+\])$", "", path)
+    return None
+
+
+def _with_line(problem: Problem, lines: dict[str, int]) -> Problem:
+    return Problem(problem.path, problem.message, _line_for(problem.path, lines))
+
+
+def _problem(err: Any, lines: dict[str, int]) -> Problem:
+    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+    path = yaml_path(loc)
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        allowed = _fields_at(loc[:-1])
+        near = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+        hint = f"did you mean '{near[0]}'?" if near else f"allowed here: {', '.join(allowed)}"
+        message = f"unknown key '{loc[-1]}'; remove it ({hint})"
+    elif kind == "missing":
+        message = f"required key '{loc[-1]}' is missing; add it"
+    elif kind == "literal_error":
+        message = f"{err['input']!r} is not allowed; use one of {err['ctx']['expected']}"
+    elif kind == "string_pattern_mismatch":
+        message = f"{err['input']!r} does not match the form {err['ctx']['pattern']}"
+    elif kind == "value_error":
+        message = str(err["ctx"]["error"])
+    else:
+        message = f"{err['msg']} (got {err.get('input')!r})"
+    return Problem(path, message, _line_for(path, lines))
+
+
+def _fields_at(loc: tuple[Any, ...]) -> list[str]:
+    """The field names a model accepts at ``loc``, for 'did you mean' hints."""
+    model: Any = Cluster
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(part) if hasattr(model, "model_fields") else None
+        if field is None:
+            return []
+        model = _model_of(field.annotation)
+        if model is None:
+            return []
+    return sorted(model.model_fields) if hasattr(model, "model_fields") else []
+
+
+def _model_of(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None
+
+
+NvLink.model_rebuild()

@@ -1,0 +1,235 @@
+"""Rules that span fields. Every rule reports a YAML path and what to change."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+from railyard.compiler.fabric import Fabric, build_fabric
+from railyard.compiler.nodes import Node, hostlist_field, resolve_nodes
+from railyard.errors import Problem
+from railyard.spec import Cluster
+
+
+def version_at_least(version: str, minimum: str) -> bool:
+    return tuple(int(x) for x in version.split(".")) >= tuple(int(x) for x in minimum.split("."))
+
+
+def resolve(cluster: Cluster) -> tuple[list[Node], Fabric | None, list[Problem]]:
+    """Nodes and fabric, with every problem found on the way."""
+    nodes, problems = resolve_nodes(cluster)
+    fabric, fabric_problems = build_fabric(cluster, nodes)
+    return nodes, fabric, problems + fabric_problems
+
+
+def check(cluster: Cluster) -> tuple[list[Node], Fabric | None, list[Problem]]:
+    """Resolve nodes and fabric and apply every cross-field rule."""
+    nodes, fabric, problems = resolve(cluster)
+    by_name = {n.name: n for n in nodes}
+    _fabric_membership(nodes, fabric, problems)
+    _slurm(cluster, by_name, fabric, problems)
+    _kubernetes(cluster, nodes, fabric, problems)
+    _storage(cluster, by_name, problems)
+    return nodes, fabric, problems
+
+
+def validate(cluster: Cluster) -> list[Problem]:
+    return check(cluster)[2]
+
+
+def _fabric_membership(nodes: list[Node], fabric: Fabric | None, problems: list[Problem]) -> None:
+    if fabric is None:
+        return
+    on = set(fabric.nodes)
+    missing: dict[int, list[str]] = defaultdict(list)
+    for n in nodes:
+        if ("slurm_compute" in n.roles or "k8s_worker" in n.roles) and n.name not in on:
+            missing[n.group_index].append(n.name)
+    for gi, names in missing.items():
+        problems.append(
+            Problem(
+                f"nodes[{gi}]",
+                f"compute node(s) {', '.join(names[:5])} are under no fabric switch; add them to "
+                "fabric (an SU or explicit links) so the schedulers can place jobs by topology",
+            )
+        )
+
+
+def _slurm(cluster: Cluster, nodes: dict[str, Node], fabric: Fabric | None, problems: list[Problem]) -> None:
+    slurm = cluster.partitions.slurm
+    if slurm is None:
+        return
+    base = "partitions.slurm"
+    version = cluster.cluster.versions.slurm
+    controllers = [n for n in nodes.values() if "slurm_controller" in n.roles]
+    if len(controllers) > 2:
+        problems.append(Problem(f"{base}.controllers", "name one or two controllers (primary and backup)"))
+
+    names = Counter(p.name for p in slurm.partitions)
+    for name, count in names.items():
+        if count > 1:
+            problems.append(Problem(f"{base}.partitions", f"partition '{name}' is defined {count} times; names must be unique"))
+    defaults = [p.name for p in slurm.partitions if p.default]
+    if len(defaults) > 1:
+        problems.append(Problem(f"{base}.partitions", f"partitions {', '.join(defaults)} are all default; mark at most one 'default: true'"))
+
+    has_nvlink = bool(fabric and fabric.block_sizes)
+    fmt = slurm.topology
+    if fmt == "block" or (fmt == "auto" and has_nvlink):
+        if not version_at_least(version, "24.05"):
+            problems.append(
+                Problem(
+                    f"{base}.topology" if fmt == "block" else "cluster.versions.slurm",
+                    f"topology/block (NVLink domains) needs Slurm 24.05 or later, but the target is {version}; "
+                    "raise cluster.versions.slurm or set partitions.slurm.topology: tree",
+                )
+            )
+    if fmt == "block" and not has_nvlink:
+        problems.append(Problem(f"{base}.topology", "topology 'block' needs NVLink domains in the fabric (fabric.*.nvlink)"))
+    if fmt == "yaml" and not version_at_least(version, "25.05"):
+        problems.append(Problem(f"{base}.topology", f"topology.yaml needs Slurm 25.05 or later, not {version}; use 'tree' or 'block'"))
+    if fmt in ("tree", "block", "yaml") and fabric is None:
+        problems.append(Problem(f"{base}.topology", f"topology '{fmt}' needs a fabric; add 'fabric' or set topology: auto"))
+    uses_yaml = fmt == "yaml" or (fmt == "auto" and has_nvlink and version_at_least(version, "25.05"))
+    for pi, part in enumerate(slurm.partitions):
+        if part.topology is not None and not uses_yaml:
+            problems.append(
+                Problem(
+                    f"{base}.partitions[{pi}].topology",
+                    "a per-partition topology needs topology.yaml (Slurm 25.05+ and partitions.slurm.topology: yaml)",
+                )
+            )
+        if part.topology == "nvlink" and not has_nvlink:
+            problems.append(Problem(f"{base}.partitions[{pi}].topology", "'nvlink' needs NVLink domains in the fabric"))
+    if slurm.gres_autodetect == "nvidia" and not version_at_least(version, "24.11"):
+        problems.append(Problem(f"{base}.gres_autodetect", f"AutoDetect=nvidia needs Slurm 24.11+, not {version}; use 'nvml' or 'off'"))
+    for pi, part in enumerate(slurm.partitions):
+        for name in hostlist_field(part.nodes, f"{base}.partitions[{pi}].nodes", nodes, []):
+            hw = nodes[name].hardware
+            if part.def_cpu_per_gpu and hw.gpus and part.def_cpu_per_gpu * hw.gpus.count > hw.cpus:
+                problems.append(
+                    Problem(
+                        f"{base}.partitions[{pi}].def_cpu_per_gpu",
+                        f"{part.def_cpu_per_gpu} CPUs per GPU x {hw.gpus.count} GPUs exceeds the {hw.cpus} CPUs of {name}; lower it",
+                    )
+                )
+                break
+    for tool in ("pyxis", "enroot"):
+        cfg = getattr(slurm, tool)
+        if cfg.enabled and cfg.package is None:
+            problems.append(
+                Problem(
+                    f"{base}.{tool}.package",
+                    f"{tool} is enabled but has no package source; give package: {{url|path|apt: ...}} "
+                    f"or set {tool}.enabled: false",
+                )
+            )
+    if slurm.pyxis.enabled and not slurm.enroot.enabled:
+        problems.append(Problem(f"{base}.enroot.enabled", "pyxis needs enroot on the same nodes; enable enroot or disable pyxis"))
+    if slurm.accounting is not None:
+        hostlist_field(slurm.accounting.host, f"{base}.accounting.host", nodes, problems)
+
+
+def _kubernetes(cluster: Cluster, nodes: list[Node], fabric: Fabric | None, problems: list[Problem]) -> None:
+    k8s = cluster.partitions.kubernetes
+    if k8s is None:
+        return
+    base = "partitions.kubernetes"
+    versions = cluster.cluster.versions
+    if k8s.kueue.enabled and not version_at_least(versions.kueue, "0.15.0"):
+        problems.append(Problem("cluster.versions.kueue", f"railyard writes Kueue v1beta2 objects, served from Kueue 0.15; {versions.kueue} is too old"))
+    if k8s.volcano.enabled and fabric is not None and not version_at_least(versions.volcano, "1.12.0"):
+        problems.append(Problem("cluster.versions.volcano", f"HyperNodes need Volcano 1.12 or later, not {versions.volcano}"))
+
+    kueue = k8s.kueue
+    cohorts = {c.name for c in kueue.cohorts}
+    for i, c in enumerate(kueue.cohorts):
+        if c.parent is not None and c.parent not in cohorts:
+            problems.append(Problem(f"{base}.kueue.cohorts[{i}].parent", f"no cohort named '{c.parent}'; define it under kueue.cohorts"))
+    _unique([c.name for c in kueue.cohorts], f"{base}.kueue.cohorts", "cohort", problems)
+    _unique([q.name for q in kueue.cluster_queues], f"{base}.kueue.cluster_queues", "cluster queue", problems)
+    _unique([f"{q.namespace}/{q.name}" for q in kueue.local_queues], f"{base}.kueue.local_queues", "local queue", problems)
+    _unique([q.name for q in k8s.volcano.queues], f"{base}.volcano.queues", "queue", problems)
+    cqs = {q.name for q in kueue.cluster_queues}
+    for i, lq in enumerate(kueue.local_queues):
+        if lq.cluster_queue not in cqs:
+            problems.append(Problem(f"{base}.kueue.local_queues[{i}].cluster_queue", f"no cluster queue named '{lq.cluster_queue}'; define it under kueue.cluster_queues"))
+
+    from railyard.compiler.kubernetes import flavor_capacity
+
+    capacity = flavor_capacity([n for n in nodes if "k8s_worker" in n.roles])
+    totals: dict[tuple[str, str], int] = defaultdict(int)
+    for i, cq in enumerate(kueue.cluster_queues):
+        path = f"{base}.kueue.cluster_queues[{i}]"
+        if cq.cohort is not None and cq.cohort not in cohorts:
+            problems.append(Problem(f"{path}.cohort", f"no cohort named '{cq.cohort}'; define it under kueue.cohorts"))
+        for flavor, quota in (cq.quotas or {}).items():
+            if flavor not in capacity:
+                problems.append(
+                    Problem(f"{path}.quotas.{flavor}", f"no workers of flavor '{flavor}'; flavors here: {', '.join(sorted(capacity)) or 'none'}")
+                )
+                continue
+            for resource in ("cpu", "memory_mb", "gpu"):
+                asked = getattr(quota, resource)
+                if asked is None:
+                    continue
+                have = capacity[flavor][resource]
+                totals[(flavor, resource)] += asked
+                if asked > have:
+                    problems.append(
+                        Problem(
+                            f"{path}.quotas.{flavor}.{resource}",
+                            f"quota {asked} is more than the partition has ({have} {resource} on '{flavor}' workers); "
+                            f"lower it to at most {have} or add workers",
+                        )
+                    )
+    for (flavor, resource), asked in sorted(totals.items()):
+        have = capacity[flavor][resource]
+        if asked > have and len(kueue.cluster_queues) > 1:
+            problems.append(
+                Problem(
+                    f"{base}.kueue.cluster_queues",
+                    f"nominal {resource} quotas on '{flavor}' add up to {asked} but the workers have {have}; "
+                    "lower them so they fit (borrowing inside a cohort covers the rest)",
+                )
+            )
+
+
+def _unique(names: list[str], path: str, what: str, problems: list[Problem]) -> None:
+    for name, count in Counter(names).items():
+        if count > 1:
+            problems.append(Problem(path, f"{what} '{name}' is defined {count} times; names must be unique"))
+
+
+def _storage(cluster: Cluster, nodes: dict[str, Node], problems: list[Problem]) -> None:
+    mounts: list[tuple[str, str]] = []  # (mount point, path)
+    nfs = cluster.storage.nfs
+    if nfs is not None:
+        exports = {e.path for e in nfs.exports}
+        _unique([e.path for e in nfs.exports], "storage.nfs.exports", "export", problems)
+        for i, m in enumerate(nfs.mounts):
+            path = f"storage.nfs.mounts[{i}]"
+            if m.export not in exports:
+                problems.append(Problem(f"{path}.export", f"'{m.export}' is not exported; add it to storage.nfs.exports or fix the path"))
+            if m.clients != "all":
+                hostlist_field(m.clients, f"{path}.clients", nodes, problems)
+            mounts.append((m.mount_point, f"{path}.mount_point"))
+        for i, e in enumerate(nfs.exports):
+            net = e.clients or cluster.network.management.cidr
+            if not net.overlaps(cluster.network.management.cidr):
+                problems.append(Problem(f"storage.nfs.exports[{i}].clients", f"{net} does not overlap the management network; the nodes could not mount it"))
+    lustre = cluster.storage.lustre
+    if lustre is not None:
+        if lustre.clients != "all":
+            hostlist_field(lustre.clients, "storage.lustre.clients", nodes, problems)
+        nets = {n.net for n in lustre.networks}
+        for i, mgs in enumerate(lustre.mgs):
+            for nid in mgs:
+                if nid.split("@", 1)[1] not in nets:
+                    problems.append(
+                        Problem(f"storage.lustre.mgs[{i}]", f"NID {nid} is on LNet '{nid.split('@', 1)[1]}', which storage.lustre.networks does not configure; add it")
+                    )
+        mounts.append((lustre.mount_point, "storage.lustre.mount_point"))
+    for i, (a, path_a) in enumerate(mounts):
+        for b, path_b in mounts[i + 1 :]:
+            if a == b or b.startswith(a.rstrip("/") + "/") or a.startswith(b.rstrip("/") + "/"):
+                problems.append(Problem(path_b, f"mount point {b} overlaps {a} ({path_a}); give each filesystem its own, disjoint mount point"))
