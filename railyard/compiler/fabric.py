@@ -278,12 +278,9 @@ def _derive_groups(
     groups: dict[str, list[Group]] = {}
     group_of: dict[str, str] = {}
     # Members of the tier below, as groups: for the leaf tier, the nodes themselves.
-    below: list[tuple[str, list[str], tuple[str, ...]]] = []  # (name, below-members, nodes)
-    node_order: list[str] = []
-    for lo, _hi, _ in links:
-        if lo not in tier_of and lo not in node_order:
-            node_order.append(lo)
-    below = [(n, [n], (n,)) for n in dict.fromkeys(node_order)]
+    # (name, members in the tier below, nodes), in the order links first name them
+    node_order = dict.fromkeys(lo for lo, _hi, _ in links if lo not in tier_of)
+    below: list[tuple[str, list[str], tuple[str, ...]]] = [(n, [n], (n,)) for n in node_order]
 
     for tier in TIERS:
         tier_switches = [s.name for s in switches if s.tier == tier]

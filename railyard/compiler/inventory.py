@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -12,7 +13,7 @@ from railyard.compiler.nodes import K8S_ROLES, SLURM_ROLES, Node
 from railyard.compiler.slurm import SlurmPlan, gpu_devices
 from railyard.compiler.storage import StoragePlan
 from railyard.hostlist import expand
-from railyard.spec import Cluster
+from railyard.spec import Cluster, Hardware
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,17 @@ def _connection(cluster: Cluster, node: Node) -> dict[str, Any]:
         out["railyard_bmc_address"] = provision.bmc.address.format(name=node.name)
         out["railyard_bmc_username"] = provision.bmc.username
     return out
+
+
+@functools.cache
+def _gpus(hw: Hardware) -> dict[str, Any]:
+    assert hw.gpus is not None
+    return {
+        "type": hw.gpus.type,
+        "count": hw.gpus.count,
+        "devices": expand(gpu_devices(hw)),
+        "stand_in": hw.gpus.stand_in,
+    }
 
 
 def compile_inventory(
@@ -106,12 +118,7 @@ def compile_inventory(
             "railyard_fabric": dict(sorted(where.get(n.name, {}).items())),
         }
         if hw.gpus is not None:
-            hv["railyard_gpus"] = {
-                "type": hw.gpus.type,
-                "count": hw.gpus.count,
-                "devices": expand(gpu_devices(hw)),
-                "stand_in": hw.gpus.stand_in,
-            }
+            hv["railyard_gpus"] = _gpus(hw)
         if k8s is not None and n.name in k8s.labels:
             hv["railyard_node_labels"] = k8s.labels[n.name]
         hostvars[n.name] = hv
