@@ -13,7 +13,7 @@ from railyard.compiler.nodes import K8S_ROLES, SLURM_ROLES, Node
 from railyard.compiler.slurm import SlurmPlan, gpu_devices
 from railyard.compiler.storage import StoragePlan
 from railyard.hostlist import expand
-from railyard.spec import Cluster, Hardware
+from railyard.spec import Cluster, Gpus
 
 
 @dataclass(frozen=True)
@@ -53,13 +53,12 @@ def _connection(cluster: Cluster, node: Node) -> dict[str, Any]:
 
 
 @functools.cache
-def _gpus(hw: Hardware) -> dict[str, Any]:
-    assert hw.gpus is not None
+def _gpus(gpus: Gpus) -> dict[str, Any]:
     return {
-        "type": hw.gpus.type,
-        "count": hw.gpus.count,
-        "devices": expand(gpu_devices(hw)),
-        "stand_in": hw.gpus.stand_in,
+        "type": gpus.type,
+        "count": gpus.count,
+        "devices": expand(gpu_devices(gpus)),
+        "stand_in": gpus.stand_in,
     }
 
 
@@ -118,7 +117,7 @@ def compile_inventory(
             "railyard_fabric": dict(sorted(where.get(n.name, {}).items())),
         }
         if hw.gpus is not None:
-            hv["railyard_gpus"] = _gpus(hw)
+            hv["railyard_gpus"] = _gpus(hw.gpus)
         if k8s is not None and n.name in k8s.labels:
             hv["railyard_node_labels"] = k8s.labels[n.name]
         hostvars[n.name] = hv

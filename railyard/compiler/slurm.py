@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from railyard.compiler.fabric import Fabric
 from railyard.compiler.nodes import Node
 from railyard.hostlist import expand, fold
-from railyard.spec import Cluster, Hardware, Slurm
+from railyard.spec import Cluster, Gpus, Hardware, Slurm
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,12 +77,11 @@ def at_least(version: str, minimum: str) -> bool:
     return tuple(map(int, version.split("."))) >= tuple(map(int, minimum.split(".")))
 
 
-def gpu_devices(hw: Hardware) -> str:
+def gpu_devices(gpus: Gpus) -> str:
     """gres.conf File=: the spec's devices, else /dev/nvidia0.. one per GPU."""
-    assert hw.gpus is not None
-    if hw.gpus.devices:
-        return hw.gpus.devices
-    return "/dev/nvidia0" if hw.gpus.count == 1 else f"/dev/nvidia[0-{hw.gpus.count - 1}]"
+    if gpus.devices:
+        return gpus.devices
+    return "/dev/nvidia0" if gpus.count == 1 else f"/dev/nvidia[0-{gpus.count - 1}]"
 
 
 def _by_hardware(nodes: list[Node]) -> list[tuple[Hardware, list[str]]]:
@@ -148,7 +147,7 @@ def compile_slurm(cluster: Cluster, nodes: list[Node], fabric: Fabric | None) ->
             NodeLine(hl, hw.cpus, hw.sockets, hw.cores_per_socket, hw.threads_per_core, hw.memory_mb, gres)
         )
         if hw.gpus:
-            gres_lines.append(GresLine(hl, hw.gpus.type, gpu_devices(hw), hw.gpus.count))
+            gres_lines.append(GresLine(hl, hw.gpus.type, gpu_devices(hw.gpus), hw.gpus.count))
 
     fmt = topology_format(cluster, fabric)
     compute_set = {n.name for n in compute}

@@ -18,6 +18,7 @@ import contextlib
 import fcntl
 import glob
 import hashlib
+import inspect
 import json
 import os
 import shutil
@@ -37,7 +38,8 @@ RECIPE_LABEL = "railyard.recipe"
 SUITE = "bookworm"
 VARIANT = "minbase"
 ARCH_DEFAULT = "amd64"
-# Bump when the build steps below change in a way the constants do not show.
+# Bump to force a rebuild everywhere. (Edits to the build functions already change
+# the recipe: their source is part of it, see recipe().)
 RECIPE_REVISION = 1
 
 # What every lab node gets. systemd/systemd-sysv: PID 1 is /sbin/init. dbus: hostnamectl,
@@ -300,6 +302,9 @@ def recipe() -> dict:
         "host_apt_settings": host_apt_settings(),
         "sources": [s.deb822() for s in sources],
         "changes": list(IMAGE_CHANGES),
+        "build_code": hashlib.sha256(
+            "".join(inspect.getsource(f) for f in (_debootstrap, _configure_rootfs, _import))
+            .encode()).hexdigest(),
     }
 
 
@@ -488,6 +493,11 @@ def _configure_rootfs(root: Path, sources: list[AptSource]) -> None:
         _rm_glob(root, pattern)
     (root / "var/lib/apt/lists/partial").mkdir(parents=True, exist_ok=True)
     (root / "var/cache/apt/archives/partial").mkdir(parents=True, exist_ok=True)
+    # Emptied lists must not look fresh: ansible's apt module takes the mtime of
+    # /var/lib/apt/lists as the last update, so `update_cache: true` with
+    # `cache_valid_time` would skip the update and find no packages.
+    _rm_glob(root, "var/lib/apt/periodic/update-success-stamp")
+    os.utime(root / "var/lib/apt/lists", (0, 0))
 
 
 def _import(root: Path, label: str, log: Log) -> str:

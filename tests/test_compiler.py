@@ -1,0 +1,229 @@
+"""The compiler's promises: topology right by construction, one model for every scheduler."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from railyard.compiler.storage import systemd_escape_path
+from railyard.hostlist import expand
+from railyard.render import render
+from railyard.spec import load_plan, loads_plan
+from tests.conftest import EXAMPLES, ROOT
+
+PLANS = {p.parent.name: load_plan(p) for p in EXAMPLES}
+
+
+def slurm_leaves(plan) -> dict[str, set[str]]:
+    return {sw.name: set(expand(sw.nodes)) for sw in plan.slurm.switches if sw.nodes}
+
+
+@pytest.mark.parametrize("name", sorted(PLANS))
+def test_every_slurm_compute_node_is_under_exactly_one_leaf(name):
+    plan = PLANS[name]
+    if plan.slurm.topology_format == "block":
+        pytest.skip("block topology has no leaves")  # no example uses bare block; kept for new specs
+    leaves = slurm_leaves(plan)
+    for node in plan.slurm.compute:
+        owners = [sw for sw, nodes in leaves.items() if node in nodes]
+        assert len(owners) == 1, f"{node} is under {owners}"
+
+
+@pytest.mark.parametrize("name", sorted(PLANS))
+def test_slurm_and_kubernetes_name_the_same_groups(name):
+    """For every SU: Slurm's switch ∪ the nodes labelled with it in Kubernetes = the SU."""
+    plan = PLANS[name]
+    leaves = slurm_leaves(plan)
+    key = f"{plan.spec.partitions.kubernetes.label_prefix}/su"
+    labelled: dict[str, set[str]] = {}
+    for node, labels in plan.kubernetes.labels.items():
+        labelled.setdefault(labels[key], set()).add(node)
+    for su in plan.fabric.groups["su"]:
+        assert leaves.get(su.name, set()) | labelled.get(su.name, set()) == set(su.nodes)
+        assert not leaves.get(su.name, set()) & labelled.get(su.name, set())
+
+
+@pytest.mark.parametrize("name", sorted(PLANS))
+def test_volcano_hypernodes_and_kueue_levels_follow_the_fabric(name):
+    plan = PLANS[name]
+    k = plan.kubernetes
+    topology = next(o for o in k.kueue if o["kind"] == "Topology")
+    assert [lvl["nodeLabel"] for lvl in topology["spec"]["levels"]] == list(k.label_keys)
+    assert k.label_keys[-1] == "kubernetes.io/hostname"
+    flavors = [o for o in k.kueue if o["kind"] == "ResourceFlavor"]
+    assert flavors and all(f["spec"]["topologyName"] == "fabric" for f in flavors)
+
+    hyper = {o["metadata"]["name"]: o["spec"] for o in k.volcano if o["kind"] == "HyperNode"}
+    tier1 = {n: s for n, s in hyper.items() if s["tier"] == 1}
+    finest = plan.fabric.levels[-1]
+    key = f"{plan.spec.partitions.kubernetes.label_prefix}/{finest}"
+    for name_, spec in tier1.items():
+        members = {m["selector"]["exactMatch"]["name"] for m in spec["members"]}
+        assert members == {n for n, lab in k.labels.items() if lab[key] == name_}
+    for spec in hyper.values():  # every HyperNode child exists one tier down
+        for m in spec["members"]:
+            if m["type"] == "HyperNode":
+                assert hyper[m["selector"]["exactMatch"]["name"]]["tier"] == spec["tier"] - 1
+
+
+def test_lab_topology_is_two_sus_under_one_spine(lab_plan):
+    switches = [(s.name, s.nodes, s.switches) for s in lab_plan.slurm.switches]
+    assert switches == [("su1", "gpu[001-002]", None), ("su2", "gpu[003-004]", None), ("spine", None, "su[1-2]")]
+    assert lab_plan.kubernetes.labels["kw2"]["topology.railyard.dev/su"] == "su2"
+
+
+def test_dgx_rails_collapse_into_sus():
+    plan = PLANS["dgx-h100"]
+    assert len(plan.fabric.switches) == 4 * 8 + 16
+    assert [s.name for s in plan.slurm.switches] == ["su1", "su2", "su3", "spine"]
+    assert slurm_leaves(plan)["su2"] == set(expand("dgx[033-064]"))
+    cqs = {o["metadata"]["name"]: o for o in plan.kubernetes.kueue if o["kind"] == "ClusterQueue"}
+    gpu = next(r for r in cqs["training"]["spec"]["resourceGroups"][0]["flavors"][0]["resources"] if r["name"] == "nvidia.com/gpu")
+    assert gpu["nominalQuota"] == 192
+    # Quota not given for a resource -> all the partition has: 32 workers x 224 CPUs.
+    cpu = cqs["training"]["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]
+    assert cpu == {"name": "cpu", "nominalQuota": 32 * 224}
+
+
+def test_gb200_gets_blocks_and_tree_in_topology_yaml():
+    plan = PLANS["gb200-nvl72"]
+    art = render(plan)
+    assert "slurm/topology.conf" not in art
+    topo = yaml.safe_load(art["slurm/topology.yaml"])
+    assert [t["topology"] for t in topo] == ["fabric", "nvlink", "flat"]
+    assert list(topo[0])[0] == "topology"  # must be the first key
+    block = topo[1]["block"]
+    assert block["block_sizes"] == [18, 36, 72]
+    assert len(block["blocks"]) == 12 and all(len(expand(b["nodes"])) == 18 for b in block["blocks"])
+    assert topo[1]["cluster_default"] is True
+    assert "PartitionName=gb200-su Nodes=gb[001-216] Default=NO MaxTime=2-00:00:00 Topology=fabric" in art["slurm/slurm.conf"]
+    assert "TopologyPlugin" not in art["slurm/slurm.conf"]  # topology.yaml replaces it
+    tiers = {o["metadata"]["name"]: o["spec"]["tier"] for o in plan.kubernetes.volcano if o["kind"] == "HyperNode"}
+    assert tiers["nvl13"] == 1 and tiers["su4"] == 2 and tiers["spine"] == 3
+
+
+def test_block_topology_conf_for_24_11(lab):
+    lab["cluster"]["versions"]["slurm"] = "24.11"
+    lab["fabric"]["rail_optimized"]["nvlink"] = {"domain_nodes": 3}
+    art = render(loads_plan(yaml.safe_dump(lab)))
+    conf = art["slurm/topology.conf"]
+    assert "BlockName=nvl1 Nodes=gpu[001-002]" in conf  # kw1 is not a Slurm node
+    assert "BlockSizes=3\n" in conf
+    assert "TopologyPlugin=topology/block" in art["slurm/slurm.conf"]
+
+
+def test_three_tier_fabric_has_pods_under_core():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from compile_bench import spec_text
+
+    plan = loads_plan(spec_text(512))
+    names = [s.name for s in plan.slurm.switches]
+    assert names[:2] == ["su1", "su2"] and names[-1] == "core"
+    pods = {s.name: expand(s.switches) for s in plan.slurm.switches if s.name.startswith("pod")}
+    assert pods["pod1"] == ["su1", "su2", "su3", "su4"]
+    assert plan.fabric.levels == ("core", "spine", "su")
+
+
+def test_explicit_fabric_leaves_sharing_nodes_are_one_switch(lab):
+    nodes = {"a": ["gpu001", "gpu002", "kw1"], "b": ["gpu003", "gpu004", "kw2"]}
+    switches = [{"name": f"{g}-{r}", "tier": "leaf", "radix": 8, "group": f"rack{g}"} for g in "ab" for r in (0, 1)]
+    switches.append({"name": "spine1", "tier": "spine", "radix": 8})
+    links = [{"a": n, "b": f"{g}-{r}"} for g in "ab" for r in (0, 1) for n in nodes[g]]
+    links += [{"a": f"{g}-{r}", "b": "spine1"} for g in "ab" for r in (0, 1)]
+    lab["fabric"] = {"link_speed": "400G", "explicit": {"switches": switches, "links": links}}
+    plan = loads_plan(yaml.safe_dump(lab))
+    assert [(s.name, s.nodes, s.switches) for s in plan.slurm.switches] == [
+        ("racka", "gpu[001-002]", None), ("rackb", "gpu[003-004]", None), ("spine1", None, "racka,rackb")]
+
+
+@pytest.mark.parametrize(
+    ("version", "cgroups", "present", "absent"),
+    [
+        ("22.05", False, ["TaskPlugin=task/none", "ProctrackType=proctrack/linuxproc"], ["TaskPlugin=task/cgroup"]),
+        ("24.11", False, ["ProctrackType=proctrack/linuxproc"], ["TaskPlugin="]),
+        ("24.11", True, ["TaskPlugin=task/cgroup,task/affinity", "ProctrackType=proctrack/cgroup"], ["task/none"]),
+    ],
+)
+def test_slurm_conf_follows_the_target_version(lab, version, cgroups, present, absent):
+    lab["cluster"]["versions"]["slurm"] = version
+    lab["partitions"]["slurm"]["cgroups"] = cgroups
+    art = render(loads_plan(yaml.safe_dump(lab)))
+    conf = art["slurm/slurm.conf"]
+    for line in present:
+        assert line in conf
+    for line in absent:
+        assert line not in conf
+    assert ("CgroupPlugin=disabled" in art["slurm/cgroup.conf"]) == (not cgroups and version >= "24.05")
+
+
+def test_accounting_adds_slurmdbd_and_gpu_tres(lab):
+    lab["partitions"]["slurm"]["accounting"] = {"host": "ctl1", "storage_host": "ctl1", "storage_password": "env:DBPASS"}
+    conf = render(loads_plan(yaml.safe_dump(lab)))["slurm/slurm.conf"]
+    assert "AccountingStorageType=accounting_storage/slurmdbd" in conf
+    assert "AccountingStorageTRES=gres/gpu" in conf
+    assert "DBPASS" not in conf
+
+
+def test_lab_slurm_artifacts(lab_plan):
+    art = render(lab_plan)
+    assert "NodeName=gpu[001-004] Name=gpu Type=standin File=/dev/nvidia[0-1]" in art["slurm/gres.conf"]
+    assert ("NodeName=gpu[001-004] CPUs=2 Sockets=1 CoresPerSocket=2 ThreadsPerCore=1 RealMemory=1000 "
+            "Gres=gpu:standin:2 State=UNKNOWN") in art["slurm/slurm.conf"]
+    assert "SchedulerParameters=max_switch_wait=1800" in art["slurm/slurm.conf"]
+    assert art["slurm/plugstack.conf.d/pyxis.conf"].splitlines()[-1] == (
+        "required /usr/lib/x86_64-linux-gnu/slurm/spank_pyxis.so runtime_path=/run/pyxis "
+        "execute_entrypoint=0 container_scope=global sbatch_support=1")
+
+
+def test_storage_artifacts(lab_plan):
+    art = render(lab_plan)
+    assert art["storage/exports"].splitlines()[-1] == "/export/shared 10.77.0.0/24(rw,sync,no_subtree_check,root_squash)"
+    unit = art["storage/units/shared.mount"]
+    assert "What=nfs1:/export/shared\nWhere=/shared\nType=nfs\n" in unit
+    assert 'options lnet networks="tcp0(eth0)"' in art["storage/lustre.conf"]
+    assert "What=10.77.0.250@tcp0:/lablfs" in art["storage/units/lustre-lab.mount"]
+    dgx = render(PLANS["dgx-h100"])
+    assert "What=10.20.0.1@o2ib0,10.10.0.201@tcp0:10.20.0.2@o2ib0:/lfs1" in dgx["storage/units/lustre-lfs1.mount"]
+    assert "Access_Type = RO;" in dgx["storage/ganesha.conf"]
+
+
+@pytest.mark.parametrize("path", ["/shared", "/lustre/lfs1", "/home/a-b", "/x/.hidden", "/data/gpu_1", "/a//b/"])
+def test_mount_unit_names_match_systemd_escape(path):
+    tool = shutil.which("systemd-escape")
+    if tool is None:
+        pytest.skip("systemd-escape is not installed; cannot compare with systemd")
+    expected = subprocess.run([tool, "--path", path], capture_output=True, text=True, check=True).stdout.strip()
+    assert systemd_escape_path(path) == expected
+
+
+def test_addresses_are_stable_when_a_pinned_group_grows(lab):
+    lab["nodes"][2]["first_address"] = "10.77.0.100"
+    before = {n.name: n.address for n in loads_plan(yaml.safe_dump(lab)).nodes}
+    lab["nodes"][0]["names"] = "ctl[1-2]"
+    lab["partitions"]["slurm"]["controllers"] = "ctl[1-2]"
+    after = {n.name: n.address for n in loads_plan(yaml.safe_dump(lab)).nodes}
+    assert all(after[n] == before[n] for n in ("gpu001", "gpu004"))
+    assert after["gpu001"] == "10.77.0.100"
+
+
+def test_render_is_identical_across_processes_and_hash_seeds():
+    code = "import sys, json; from railyard.spec import load_plan; from railyard.render import render, digest; " \
+           "print(digest(render(load_plan(sys.argv[1]))))"
+    digests = set()
+    for seed in ("0", "1", "12345"):
+        for spec in EXAMPLES:
+            out = subprocess.run([sys.executable, "-c", code, str(spec)], capture_output=True, text=True, check=True,
+                                 env={"PYTHONHASHSEED": seed, "PATH": "/usr/bin:/bin"})
+            digests.add((spec.name, spec.parent.name, out.stdout.strip()))
+    assert len(digests) == len(EXAMPLES)
+
+
+def test_plan_json_summarises_nodes_and_topology(lab_plan):
+    summary = json.loads(render(lab_plan)["plan.json"])
+    assert [n["name"] for n in summary["nodes"]][:2] == ["ctl1", "login1"]
+    assert summary["slurm"]["switches"][2] == {"name": "spine", "nodes": None, "switches": "su[1-2]"}

@@ -1,0 +1,200 @@
+"""Bad specs: each gets a specific error that names the YAML path and the fix."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import yaml
+
+from railyard.errors import SpecError
+from railyard.spec import loads_plan
+
+
+def group(spec: dict, name: str) -> dict:
+    return next(g for g in spec["nodes"] if g["group"] == name)
+
+
+def rail(spec: dict) -> dict:
+    return spec["fabric"]["rail_optimized"]
+
+
+def slurm(spec: dict) -> dict:
+    return spec["partitions"]["slurm"]
+
+
+def kueue(spec: dict) -> dict:
+    return spec["partitions"]["kubernetes"]["kueue"]
+
+
+def explicit_fabric(spec: dict, links: list[dict], spine: bool = True) -> None:
+    switches = [{"name": "leaf-a", "tier": "leaf", "radix": 16}, {"name": "leaf-b", "tier": "leaf", "radix": 16}]
+    if spine:
+        switches.append({"name": "spine-a", "tier": "spine", "radix": 16})
+    spec["fabric"] = {"link_speed": "400G", "explicit": {"switches": switches, "links": links}}
+    for g in ("gpu", "kw"):
+        group(spec, g)["hardware"]["nics"] = 1
+
+
+def _cabled(spec: dict, extra: list[dict], spine: bool = True) -> None:
+    nodes = ["gpu001", "gpu002", "kw1"], ["gpu003", "gpu004", "kw2"]
+    links = [{"a": n, "b": "leaf-a"} for n in nodes[0]] + [{"a": n, "b": "leaf-b"} for n in nodes[1]]
+    explicit_fabric(spec, links + extra, spine)
+
+
+def _set(path: str, value) -> Callable[[dict], None]:
+    def apply(spec: dict) -> None:
+        keys = path.split(".")
+        target = spec
+        for k in keys[:-1]:
+            target = target[int(k)] if k.isdigit() else target[k]
+        target[keys[-1]] = value
+
+    return apply
+
+
+# (id, mutation, expected path, expected message fragment)
+CASES: list[tuple[str, Callable[[dict], None], str, str]] = [
+    ("unknown-top-level-key", lambda s: s.update(clutser={}), "clutser", "did you mean 'cluster'"),
+    ("unknown-nested-key", lambda s: group(s, "gpu")["hardware"].update(gpu=1), "nodes[2].hardware.gpu", "did you mean 'gpus'"),
+    ("missing-required-key", lambda s: s["cluster"].pop("name"), "cluster.name", "required key 'name' is missing"),
+    ("bad-slurm-version", _set("cluster.versions.slurm", "21.08"), "cluster.versions.slurm", "'21.08' is not allowed"),
+    ("bad-cluster-name", _set("cluster.name", "Lab-Cluster"), "cluster.name", "does not match"),
+    ("duplicate-hostname", lambda s: s["nodes"].append({"group": "extra", "names": "gpu001", "hardware": group(s, "ctl")["hardware"]}),
+     "nodes[6].names", "hostname 'gpu001' is also in nodes[2]"),
+    ("duplicate-group-name", lambda s: s["nodes"].append({"group": "gpu", "names": "spare1", "hardware": group(s, "ctl")["hardware"]}),
+     "nodes[6].group", "group name 'gpu' is already used"),
+    ("duplicate-address", lambda s: group(s, "gpu").update(addresses={"gpu001": "10.77.0.50", "gpu002": "10.77.0.50"}),
+     "nodes[2].addresses.gpu002", "10.77.0.50 is already the address of gpu001"),
+    ("address-outside-cidr", lambda s: group(s, "gpu").update(addresses={"gpu001": "10.78.0.5"}),
+     "nodes[2].addresses.gpu001", "outside the management network 10.77.0.0/24"),
+    ("address-override-unknown-node", lambda s: group(s, "gpu").update(addresses={"gpu009": "10.77.0.60"}),
+     "nodes[2].addresses.gpu009", "'gpu009' is not a node of group 'gpu'"),
+    ("cidr-exhausted", _set("network.management.cidr", "10.77.0.0/28"), "network.management.cidr", "has no address left"),
+    ("node-in-two-partitions", _set("partitions.slurm.partitions.0.nodes", "gpu[001-004],kw1"), "nodes[4]", "is in two partitions"),
+    ("node-in-no-partition", lambda s: s["nodes"].append({"group": "spare", "names": "spare1", "hardware": group(s, "ctl")["hardware"]}),
+     "nodes[6]", "node spare1 is in no partition"),
+    ("unknown-node-in-partition", _set("partitions.slurm.partitions.0.nodes", "gpu[001-005]"),
+     "partitions.slurm.partitions[0].nodes", "gpu005 is not a node of this spec"),
+    ("bad-hostlist", _set("partitions.slurm.partitions.0.nodes", "gpu[001-"), "partitions.slurm.partitions[0].nodes", "not a valid hostlist"),
+    ("pattern-without-index", lambda s: group(s, "gpu").update(pattern="gpu"), "nodes[2]", "has no '{index}' field"),
+    ("names-and-pattern", lambda s: group(s, "gpu").update(names="gpu[001-004]"), "nodes[2]", "either 'names' or 'pattern'"),
+    ("leaf-ports-exhausted", lambda s: rail(s).update(leaf_radix=4), "fabric.rail_optimized.leaf_radix",
+     "leaf su1-rail0 (and 3 more like it) needs 5 ports (3 down, 2 up) but has 4"),
+    ("spine-ports-exhausted", lambda s: rail(s)["spines"].update(radix=3), "fabric.rail_optimized.spines.radix",
+     "spine spine1 (and 1 more like it) needs 4 ports"),
+    ("rails-not-nics", lambda s: rail(s).update(rails=4, leaf_radix=16), "nodes[2].hardware.nics",
+     "gpu001 has 2 fabric NICs but the fabric has 4 rails"),
+    ("node-in-two-sus", lambda s: rail(s)["scalable_units"][1].update(nodes="gpu[003-004],kw2,gpu001"),
+     "fabric.rail_optimized.scalable_units[1].nodes", "gpu001 is in SU su1 and SU su2"),
+    ("compute-node-off-fabric", lambda s: rail(s)["scalable_units"][1].update(nodes="gpu003,kw2"),
+     "nodes[2]", "gpu004 are under no fabric switch"),
+    ("nvlink-does-not-tile", lambda s: (rail(s).update(nvlink={"domain_nodes": 2}), s["cluster"]["versions"].update(slurm="24.11")),
+     "fabric.rail_optimized.nvlink.domain_nodes", "NVLink domains of 2 nodes do not tile SU su1 (3 nodes)"),
+    ("block-on-22.05", lambda s: rail(s).update(nvlink={"domain_nodes": 3}), "cluster.versions.slurm",
+     "topology/block (NVLink domains) needs Slurm 24.05 or later, but the target is 22.05"),
+    ("block-without-nvlink", lambda s: (slurm(s).update(topology="block"), s["cluster"]["versions"].update(slurm="24.11")),
+     "partitions.slurm.topology", "topology 'block' needs NVLink domains"),
+    ("block-sizes-not-power-of-two", lambda s: (rail(s).update(nvlink={"domain_nodes": 3, "block_sizes": [3, 9]}),
+                                                s["cluster"]["versions"].update(slurm="24.11")),
+     "fabric.rail_optimized.nvlink.block_sizes", "9 is not a power-of-two multiple of 3"),
+    ("yaml-topology-on-24.11", lambda s: (slurm(s).update(topology="yaml"), s["cluster"]["versions"].update(slurm="24.11")),
+     "partitions.slurm.topology", "topology.yaml needs Slurm 25.05 or later"),
+    ("partition-topology-without-yaml", _set("partitions.slurm.partitions.0.topology", "fabric"),
+     "partitions.slurm.partitions[0].topology", "needs topology.yaml"),
+    ("two-default-partitions", lambda s: slurm(s)["partitions"].append({"name": "debug", "nodes": "gpu001", "default": True}),
+     "partitions.slurm.partitions", "are all default"),
+    ("bad-slurm-time", _set("partitions.slurm.partitions.0.max_time", "forever"), "partitions.slurm.partitions[0].max_time",
+     "'forever' is not a Slurm time"),
+    ("too-many-cpus-per-gpu", _set("partitions.slurm.partitions.0.def_cpu_per_gpu", 2), "partitions.slurm.partitions[0].def_cpu_per_gpu",
+     "2 CPUs per GPU x 2 GPUs exceeds the 2 CPUs of gpu001"),
+    ("autodetect-nvidia-on-22.05", _set("partitions.slurm.gres_autodetect", "nvidia"), "partitions.slurm.gres_autodetect",
+     "AutoDetect=nvidia needs Slurm 24.11+"),
+    ("pyxis-without-package", lambda s: slurm(s)["pyxis"].pop("package"), "partitions.slurm.pyxis.package", "has no package source"),
+    ("package-two-sources", lambda s: slurm(s)["enroot"].update(package={"url": "https://x/e.deb", "apt": "enroot"}),
+     "partitions.slurm.enroot.package", "exactly one of 'url', 'path' or 'apt'"),
+    ("plain-text-secret", lambda s: slurm(s).update(accounting={"host": "ctl1", "storage_host": "ctl1", "storage_password": "hunter2"}),
+     "partitions.slurm.accounting.storage_password", "looks like a plain-text secret"),
+    ("plain-text-bmc-password", lambda s: group(s, "gpu").update(provision={"driver": "redfish", "bmc": {
+        "address": "https://{name}-bmc", "username": "admin", "password": "calvin"}}),
+     "nodes[2].provision.bmc.password", "looks like a plain-text secret"),
+    ("redfish-without-bmc", lambda s: group(s, "gpu").update(provision={"driver": "redfish"}), "nodes[2].provision",
+     "driver 'redfish' needs a 'bmc' block"),
+    ("kueue-quota-above-capacity", lambda s: kueue(s)["cluster_queues"][0].update(quotas={"standin": {"gpu": 100}}),
+     "partitions.kubernetes.kueue.cluster_queues[0].quotas.standin.gpu", "quota 100 is more than the partition has (4 gpu"),
+    ("kueue-quotas-sum-above-capacity", lambda s: kueue(s)["cluster_queues"].extend([
+        {"name": "a", "quotas": {"standin": {"gpu": 3}}}, {"name": "b", "quotas": {"standin": {"gpu": 3}}}]),
+     "partitions.kubernetes.kueue.cluster_queues", "nominal gpu quotas on 'standin' add up to 6 but the workers have 4"),
+    ("kueue-quota-unknown-flavor", lambda s: kueue(s)["cluster_queues"][0].update(quotas={"a100": {"gpu": 1}}),
+     "partitions.kubernetes.kueue.cluster_queues[0].quotas.a100", "no workers of flavor 'a100'"),
+    ("local-queue-unknown-cluster-queue", lambda s: kueue(s)["local_queues"][0].update(cluster_queue="nope"),
+     "partitions.kubernetes.kueue.local_queues[0].cluster_queue", "no cluster queue named 'nope'"),
+    ("cluster-queue-unknown-cohort", lambda s: kueue(s)["cluster_queues"][0].update(cohort="nope"),
+     "partitions.kubernetes.kueue.cluster_queues[0].cohort", "no cohort named 'nope'"),
+    ("kueue-too-old", _set("cluster.versions.kueue", "0.14.0"), "cluster.versions.kueue", "served from Kueue 0.15"),
+    ("overlapping-mount-points", _set("storage.lustre.mount_point", "/shared/lustre"), "storage.lustre.mount_point",
+     "mount point /shared/lustre overlaps /shared"),
+    ("nfs-mount-not-exported", _set("storage.nfs.mounts.0.export", "/export/home"), "storage.nfs.mounts[0].export",
+     "'/export/home' is not exported"),
+    ("lustre-nid-on-unconfigured-lnet", _set("storage.lustre.mgs", [["10.0.0.1@o2ib0"]]), "storage.lustre.mgs[0]",
+     "NID 10.0.0.1@o2ib0 is on LNet 'o2ib0', which storage.lustre.networks does not configure"),
+    ("two-fabric-kinds", lambda s: s["fabric"].update(explicit={"switches": [], "links": []}), "fabric",
+     "exactly one of 'rail_optimized' or 'explicit'"),
+    ("explicit-link-skips-tier", lambda s: _cabled(s, [{"a": "gpu001", "b": "spine-a"}]), "fabric.explicit.links[6]",
+     "skips or repeats a tier"),
+    ("explicit-fabric-falls-apart", lambda s: _cabled(s, [], spine=False), "fabric.explicit",
+     "the fabric falls apart into 2 parts at the top (leaf-a, leaf-b)"),
+    ("explicit-uncabled-spine", lambda s: _cabled(s, []), "fabric.explicit", "spine switches of spine-a reach no node"),
+    ("explicit-leaf-without-uplink", lambda s: _cabled(s, [{"a": "leaf-a", "b": "spine-a"}]), "fabric.explicit",
+     "su groups leaf-b reach no spine switch"),
+    ("explicit-unknown-endpoint", lambda s: _cabled(s, [{"a": "leaf-a", "b": "spine-x"}]), "fabric.explicit.links[6]",
+     "'spine-x' is neither a node nor a switch"),
+]
+
+
+@pytest.mark.parametrize(("mutate", "path", "fragment"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_spec_names_path_and_fix(lab, mutate, path, fragment):
+    mutate(lab)
+    with pytest.raises(SpecError) as info:
+        loads_plan(yaml.safe_dump(lab, sort_keys=False), "bad.yaml")
+    problems = info.value.problems
+    matching = [p for p in problems if p.path == path and fragment in p.message]
+    assert matching, f"expected {path}: ...{fragment}... in:\n{info.value}"
+    assert all(p.line for p in matching), f"no line number in {matching}"
+
+
+def test_there_are_at_least_thirty_cases():
+    assert len(CASES) >= 30
+
+
+def test_malformed_yaml_reports_line():
+    text = "cluster:\n  name: lab\n  domain: [unclosed\nnodes: []\n"
+    with pytest.raises(SpecError) as info:
+        loads_plan(text, "broken.yaml")
+    (problem,) = info.value.problems
+    assert problem.path == "<yaml>"
+    assert "not valid YAML" in problem.message
+    assert problem.line == 4
+
+
+def test_every_problem_is_reported_at_once(lab):
+    lab["clutser"] = {}
+    group(lab, "gpu")["addresses"] = {"gpu001": "192.168.0.1"}
+    slurm(lab)["partitions"][0]["max_time"] = "forever"
+    with pytest.raises(SpecError) as info:
+        loads_plan(yaml.safe_dump(lab), "bad.yaml")
+    # Structural errors come first (pydantic); all of them in one report.
+    paths = {p.path for p in info.value.problems}
+    assert {"clutser", "partitions.slurm.partitions[0].max_time"} <= paths
+    assert "nothing was applied" in str(info.value)
+
+
+def test_error_line_points_at_the_key():
+    from tests.conftest import LAB
+
+    text = LAB.read_text().replace("rails: 2", "rails: 3")
+    with pytest.raises(SpecError) as info:
+        loads_plan(text, "lab.yaml")
+    problem = next(p for p in info.value.problems if p.path == "nodes[2].hardware.nics")
+    lines = text.splitlines()
+    assert "nics: 2" in lines[problem.line - 1]
