@@ -95,7 +95,7 @@ def test_topology_dot_and_svg(tmp_path):
     dot = railyard("topology", str(LAB), "--format", "dot", check=True).stdout
     assert "spine__spine -> su__su1" in dot
     if shutil.which("dot") is None:
-        pytest.skip("graphviz `dot` is not installed (scripts/setup-test-host.sh installs it); SVG not checked")
+        pytest.skip("graphviz `dot` is not installed (scripts/bootstrap.sh installs it); SVG not checked")
     svg = tmp_path / "lab.svg"
     railyard("topology", str(LAB), "--format", "svg", "-o", str(svg), check=True)
     assert svg.read_text().lstrip().startswith("<?xml") and "su1" in svg.read_text()

@@ -1,0 +1,32 @@
+"""The README's example spec is valid and derives what the README says it derives."""
+
+from __future__ import annotations
+
+import re
+
+from railyard.hostlist import expand
+from railyard.render import render
+from railyard.spec import loads_plan
+from tests.conftest import ROOT
+
+
+def readme_spec() -> str:
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## The spec, by example", 1)[1]
+    return re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
+
+
+def test_readme_example_is_valid_and_derives_what_it_claims():
+    plan = loads_plan(readme_spec(), "README.md")
+    topo = render(plan)["slurm/topology.conf"]
+    for line in ("SwitchName=su1 Nodes=gpu[01-02]", "SwitchName=su2 Nodes=gpu[04-05]", "SwitchName=spine Switches=su[1-2]"):
+        assert line in topo
+    assert plan.kubernetes.labels["gpu03"]["topology.railyard.dev/su"] == "su1"
+    su1 = next(o for o in plan.kubernetes.volcano if o["kind"] == "HyperNode" and o["metadata"]["name"] == "su1")
+    assert su1["spec"]["tier"] == 1
+    assert [m["selector"]["exactMatch"]["name"] for m in su1["spec"]["members"]] == ["gpu03"]
+    cq = next(o for o in plan.kubernetes.kueue if o["kind"] == "ClusterQueue")
+    gpu = [r for r in cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"] if r["name"] == "nvidia.com/gpu"]
+    assert gpu == [{"name": "nvidia.com/gpu", "nominalQuota": 16}]
+    assert [n.name for n in plan.nodes if n.group == "gpu"] == expand("gpu[01-06]")
+    assert plan.node("ctl1").address == "10.0.0.10"
