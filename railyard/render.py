@@ -141,6 +141,22 @@ def _storage(plan: Plan, out: dict[str, str]) -> None:
         out["storage/lustre.conf"] = _template("storage/lnet.conf.j2", header=header, st=st)
 
 
+CONNECTION_VARS = ("ansible_connection", "ansible_host", "ansible_user", "ansible_python_interpreter")
+
+
+def _ansible_vars(plan: Plan, cluster_vars: dict[str, Any], out: dict[str, str]) -> None:
+    """host_vars/group_vars without connection settings, for any inventory (molecule's too)."""
+    out["ansible/group_vars/all.json"] = json.dumps(
+        {**cluster_vars, "railyard_hosts": [{"name": n.name, "address": n.address} for n in plan.nodes]}, indent=1
+    ) + "\n"
+    for host, hv in plan.inventory.hostvars.items():
+        mine = {k: v for k, v in hv.items() if k not in CONNECTION_VARS}
+        out[f"ansible/host_vars/{host}.json"] = json.dumps(mine, indent=1, sort_keys=True) + "\n"
+    domain = plan.spec.cluster.domain
+    lines = [f"{n.address} {n.name}.{domain} {n.name}" for n in plan.nodes]
+    out["common/hosts"] = _header(plan) + "\n" + "\n".join(lines) + "\n"
+
+
 def plan_summary(plan: Plan) -> dict[str, Any]:
     """What drift checks and people compare against: nodes, groups, topology."""
     fabric = plan.fabric
@@ -180,6 +196,7 @@ def render(plan: Plan) -> dict[str, str]:
     _kubernetes(plan, out)
     _storage(plan, out)
     cluster_vars = {"railyard_cluster": plan.name, "railyard_domain": plan.spec.cluster.domain}
+    _ansible_vars(plan, cluster_vars, out)
     # JSON, which Ansible's yaml inventory plugin reads as well: 10x faster to write at
     # thousands of hosts than PyYAML, and a machine format anyway.
     out["ansible/inventory.json"] = json.dumps(to_ansible(plan.inventory, cluster_vars), indent=1) + "\n"

@@ -14,6 +14,7 @@ Needs root, podman and debootstrap (``scripts/setup-podman.sh`` installs them).
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import fcntl
 import glob
@@ -25,10 +26,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
 
 IMAGE_NAME = "localhost/railyard-node"
 IMAGE_TAG = "12"
@@ -39,7 +41,7 @@ SUITE = "bookworm"
 VARIANT = "minbase"
 ARCH_DEFAULT = "amd64"
 # Bump to force a rebuild everywhere. (Edits to the build functions already change
-# the recipe: their source is part of it, see recipe().)
+# the recipe: their syntax trees are part of it, see recipe().)
 RECIPE_REVISION = 1
 
 # What every lab node gets. systemd/systemd-sysv: PID 1 is /sbin/init. dbus: hostnamectl,
@@ -73,12 +75,12 @@ MASKED_UNITS: tuple[str, ...] = ()
 # through ICMP datagram sockets (podman sets net.ipv4.ping_group_range=0 0).
 STRIP_FILE_CAPS: tuple[str, ...] = ("usr/bin/ping",)
 
-# Keep the image small, and keep later `apt-get install`s small too (like Debian's
-# slim container images): no docs, man pages or translations; copyright files stay.
+# Keep later `apt-get install`s small (like Debian's slim container images): no man
+# pages, info or translations. /usr/share/doc is NOT excluded for later installs: roles
+# may read shipped examples there (as on a real host); the base image's docs are removed
+# at build time (copyright files stay).
 DPKG_EXCLUDES = """\
-# railyard lab image: no docs, man pages or translations
-path-exclude /usr/share/doc/*
-path-include /usr/share/doc/*/copyright
+# railyard lab image: no man pages, info or translations
 path-exclude /usr/share/man/*
 path-exclude /usr/share/info/*
 path-exclude /usr/share/locale/*
@@ -223,8 +225,11 @@ def host_debian_sources(suite: str = SUITE, apt_dir: Path = Path("/etc/apt")) ->
     """
     override = os.environ.get("RAILYARD_DEBIAN_MIRROR")
     if override:
-        return [AptSource(uri=override.rstrip("/"), suites=[suite, f"{suite}-updates"],
-                          components=["main"])]
+        return [
+            AptSource(
+                uri=override.rstrip("/"), suites=[suite, f"{suite}-updates"], components=["main"]
+            )
+        ]
     entries: list[dict[str, str]] = []
     one_line = [apt_dir / "sources.list", *sorted((apt_dir / "sources.list.d").glob("*.list"))]
     for p in one_line:
@@ -244,14 +249,16 @@ def host_debian_sources(suite: str = SUITE, apt_dir: Path = Path("/etc/apt")) ->
         if not suites or "main" not in comps:
             continue
         for uri in e.get("uris", "").split():
-            sources.append(AptSource(
-                uri=uri.rstrip("/"),
-                suites=suites,
-                components=comps,
-                signed_by=e.get("signed-by") or None,
-                trusted=e.get("trusted", "no").lower() in ("yes", "true", "1"),
-                architectures=e.get("architectures", "").split(),
-            ))
+            sources.append(
+                AptSource(
+                    uri=uri.rstrip("/"),
+                    suites=suites,
+                    components=comps,
+                    signed_by=e.get("signed-by") or None,
+                    trusted=e.get("trusted", "no").lower() in ("yes", "true", "1"),
+                    architectures=e.get("architectures", "").split(),
+                )
+            )
     if not any(suite in s.suites for s in sources):
         raise ImageBuildError(
             f"no apt source for Debian '{suite}' (component main) found in {apt_dir}; "
@@ -263,8 +270,9 @@ def host_debian_sources(suite: str = SUITE, apt_dir: Path = Path("/etc/apt")) ->
 def host_apt_settings() -> dict[str, str]:
     """Host apt options from HOST_APT_SETTINGS that are set (``apt-config dump``)."""
     try:
-        dump = subprocess.run(["apt-config", "dump"], capture_output=True, text=True,
-                              check=True).stdout
+        dump = subprocess.run(
+            ["apt-config", "dump"], capture_output=True, text=True, check=True
+        ).stdout
     except (OSError, subprocess.CalledProcessError):
         return {}
     found = {}
@@ -280,10 +288,21 @@ def host_apt_settings() -> dict[str, str]:
 
 def _arch() -> str:
     try:
-        return subprocess.run(["dpkg", "--print-architecture"], capture_output=True,
-                              text=True, check=True).stdout.strip()
+        return subprocess.run(
+            ["dpkg", "--print-architecture"], capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return ARCH_DEFAULT
+
+
+def _build_code_hash() -> str:
+    """Hash of the build functions' syntax trees: code changes count, comments and
+    formatting do not."""
+    trees = [
+        ast.dump(ast.parse(textwrap.dedent(inspect.getsource(f))))
+        for f in (_debootstrap, _configure_rootfs, _import)
+    ]
+    return hashlib.sha256("\n".join(trees).encode()).hexdigest()
 
 
 def recipe() -> dict:
@@ -302,9 +321,7 @@ def recipe() -> dict:
         "host_apt_settings": host_apt_settings(),
         "sources": [s.deb822() for s in sources],
         "changes": list(IMAGE_CHANGES),
-        "build_code": hashlib.sha256(
-            "".join(inspect.getsource(f) for f in (_debootstrap, _configure_rootfs, _import))
-            .encode()).hexdigest(),
+        "build_code": _build_code_hash(),
     }
 
 
@@ -341,7 +358,8 @@ def _require_tools() -> None:
     missing = [t for t in ("podman", "debootstrap", "tar") if shutil.which(t) is None]
     if missing:
         raise ImageBuildError(
-            f"missing {', '.join(missing)}: run scripts/setup-podman.sh (as root) first")
+            f"missing {', '.join(missing)}: run scripts/setup-podman.sh (as root) first"
+        )
     if os.geteuid() != 0:
         raise ImageBuildError("building the lab image needs root (debootstrap, rootful podman)")
 
@@ -385,17 +403,31 @@ def _remove_rootfs(root: Path, log: Log) -> None:
 
 def _write(path: Path, text: str, mode: int = 0o644) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_symlink():  # replace the link, never write through it to the host
+        path.unlink()
     path.write_text(text, encoding="utf-8")
     path.chmod(mode)
 
 
+def _rm(p: Path, root: Path) -> None:
+    """Remove a file, symlink or directory tree inside root; never follows a symlink.
+
+    The parent is resolved on the host, so a rootfs symlink that points outside the
+    rootfs (an absolute link resolves against the host's /) is refused, not followed.
+    """
+    real_root = os.path.realpath(root)
+    if not os.path.realpath(p.parent).startswith(real_root + os.sep):
+        raise ImageBuildError(f"refusing to delete {p}: resolves outside {root}")
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
+
+
 def _rm_glob(root: Path, pattern: str) -> None:
     for p in glob.glob(str(root / pattern.lstrip("/"))):
-        if os.path.isdir(p) and not os.path.islink(p):
-            shutil.rmtree(p, ignore_errors=True)
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(p)
+        _rm(Path(p), root)
 
 
 def _debootstrap(root: Path, sources: list[AptSource], log: Log) -> None:
@@ -417,8 +449,13 @@ def _debootstrap(root: Path, sources: list[AptSource], log: Log) -> None:
     log(" ".join(cmd))
     logfile = root.parent / (root.name + ".debootstrap.log")
     with open(logfile, "w") as out:
-        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT,
-                              env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+        proc = subprocess.run(
+            cmd,
+            check=False,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+        )
     if proc.returncode != 0:
         tail = logfile.read_text(errors="replace").splitlines()[-25:]
         inner = root / "debootstrap" / "debootstrap.log"
@@ -438,11 +475,12 @@ def _configure_rootfs(root: Path, sources: list[AptSource]) -> None:
             if not dest.exists():
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(s.signed_by, dest)
-    _write(root / "etc/apt/sources.list.d/debian.sources",
-           "\n".join(s.deb822() for s in sources))
+    _write(root / "etc/apt/sources.list.d/debian.sources", "\n".join(s.deb822() for s in sources))
     settings = host_apt_settings()
-    _write(root / "etc/apt/apt.conf.d/90railyard",
-           IMAGE_APT_CONF + "".join(f'{k} "{v}";\n' for k, v in sorted(settings.items())))
+    _write(
+        root / "etc/apt/apt.conf.d/90railyard",
+        IMAGE_APT_CONF + "".join(f'{k} "{v}";\n' for k, v in sorted(settings.items())),
+    )
     _write(root / "etc/dpkg/dpkg.cfg.d/90railyard-excludes", DPKG_EXCLUDES)
 
     # Per-container identity is made at start: systemd fills an empty machine-id,
@@ -474,22 +512,35 @@ def _configure_rootfs(root: Path, sources: list[AptSource]) -> None:
         with contextlib.suppress(OSError):  # absent file or no capability set
             os.removexattr(root / rel, "security.capability", follow_symlinks=False)
 
-    # Size: what dpkg-excludes would have kept out, caches, lists, logs.
-    for pattern in ("usr/share/doc/*", "usr/share/man/*", "usr/share/info/*",
-                    "usr/share/locale/*", "usr/share/lintian/*"):
+    # Size: the base packages' docs (copyright files stay), man pages, translations;
+    # then caches, lists, logs.
+    for doc in (root / "usr/share/doc").iterdir():
+        if doc.is_dir() and not doc.is_symlink():
+            for q in doc.iterdir():
+                if q.name != "copyright":
+                    _rm(q, root)
+    for pattern in (
+        "usr/share/man/*",
+        "usr/share/info/*",
+        "usr/share/locale/*",
+        "usr/share/lintian/*",
+    ):
         for p in glob.glob(str(root / pattern)):
-            if p.endswith("/locale.alias"):
-                continue
-            if "/usr/share/doc/" in p and os.path.isdir(p) and not os.path.islink(p):
-                for q in Path(p).iterdir():
-                    if q.name != "copyright":
-                        shutil.rmtree(q, ignore_errors=True) if q.is_dir() else q.unlink()
-                continue
-            _rm_glob(root, os.path.relpath(p, root))
-    for pattern in ("var/lib/apt/lists/*", "var/cache/apt/*.bin",
-                    "var/cache/apt/archives/*.deb", "var/cache/apt/archives/partial/*",
-                    "var/cache/debconf/*-old", "var/lib/dpkg/*-old", "var/log/*.log",
-                    "var/log/apt/*", "tmp/*", "var/tmp/*", "root/.bash_history"):
+            if not p.endswith("/locale.alias"):
+                _rm(Path(p), root)
+    for pattern in (
+        "var/lib/apt/lists/*",
+        "var/cache/apt/*.bin",
+        "var/cache/apt/archives/*.deb",
+        "var/cache/apt/archives/partial/*",
+        "var/cache/debconf/*-old",
+        "var/lib/dpkg/*-old",
+        "var/log/*.log",
+        "var/log/apt/*",
+        "tmp/*",
+        "var/tmp/*",
+        "root/.bash_history",
+    ):
         _rm_glob(root, pattern)
     (root / "var/lib/apt/lists/partial").mkdir(parents=True, exist_ok=True)
     (root / "var/cache/apt/archives/partial").mkdir(parents=True, exist_ok=True)
@@ -508,10 +559,11 @@ def _import(root: Path, label: str, log: Log) -> str:
     cmd += ["--message", f"railyard lab node, debootstrap {VARIANT} {SUITE}", "-", IMAGE_REF]
     log(f"tar -C {root} -c . | podman import - {IMAGE_REF}")
     tar = subprocess.Popen(
-        ["tar", "-C", str(root), "--numeric-owner", "--xattrs", "--xattrs-include=*",
-         "-c", "."], stdout=subprocess.PIPE)
+        ["tar", "-C", str(root), "--numeric-owner", "--xattrs", "--xattrs-include=*", "-c", "."],
+        stdout=subprocess.PIPE,
+    )
     try:
-        imp = subprocess.run(cmd, stdin=tar.stdout, capture_output=True, text=True)
+        imp = subprocess.run(cmd, check=False, stdin=tar.stdout, capture_output=True, text=True)
     finally:
         assert tar.stdout is not None
         tar.stdout.close()
@@ -519,7 +571,8 @@ def _import(root: Path, label: str, log: Log) -> str:
     if tar_rc != 0 or imp.returncode != 0:
         raise ImageBuildError(
             f"tar (exit {tar_rc}) | podman import (exit {imp.returncode}) failed: "
-            f"{imp.stderr.strip()}")
+            f"{imp.stderr.strip()}"
+        )
     return imp.stdout.strip()
 
 
@@ -546,8 +599,9 @@ def ensure(force: bool = False, log: Log = _stderr) -> EnsureResult:
         info = image_info()
         have = ((info or {}).get("Labels") or {}).get(RECIPE_LABEL) if info else None
         if info and have == want and not force:
-            return EnsureResult(IMAGE_REF, info["Id"], want, False, time.monotonic() - t0,
-                                info.get("Size"))
+            return EnsureResult(
+                IMAGE_REF, info["Id"], want, False, time.monotonic() - t0, info.get("Size")
+            )
         if info is None:
             log(f"{IMAGE_REF} not present: building")
         elif force:
@@ -572,8 +626,9 @@ def ensure(force: bool = False, log: Log = _stderr) -> EnsureResult:
             # The old image is now untagged; drop it unless a container still uses it.
             _podman("rmi", info["Id"], check=False)
         new = image_info() or {}
-        return EnsureResult(IMAGE_REF, new.get("Id", new_id), want, True,
-                            time.monotonic() - t0, new.get("Size"))
+        return EnsureResult(
+            IMAGE_REF, new.get("Id", new_id), want, True, time.monotonic() - t0, new.get("Size")
+        )
 
 
 def ensure_image(force: bool = False) -> str:
@@ -582,11 +637,15 @@ def ensure_image(force: bool = False) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m railyard.lab.image", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m railyard.lab.image",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--force", action="store_true", help="rebuild even if the recipe matches")
-    ap.add_argument("--print-recipe", action="store_true",
-                    help="print the recipe and its hash, build nothing")
+    ap.add_argument(
+        "--print-recipe", action="store_true", help="print the recipe and its hash, build nothing"
+    )
     args = ap.parse_args(argv)
     if args.print_recipe:
         r = recipe()
@@ -600,8 +659,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     size = f"{res.size_bytes / 1e6:.0f} MB" if res.size_bytes else "size unknown"
     what = "built" if res.built else "up to date, reused"
-    print(f"{res.ref} {what} in {res.seconds:.1f} s: id {res.image_id[:12]}, {size}, "
-          f"{RECIPE_LABEL}={res.recipe[:12]}")
+    print(
+        f"{res.ref} {what} in {res.seconds:.1f} s: id {res.image_id[:12]}, {size}, "
+        f"{RECIPE_LABEL}={res.recipe[:12]}"
+    )
     return 0
 
 
