@@ -90,7 +90,7 @@ def main() -> None:
         res = subprocess.run([sys.executable, __file__, "--one", str(n), "--repeat", str(args.repeat)],
                              capture_output=True, text=True, check=True)
         rows.append(json.loads(res.stdout))
-    table = Table(title="railyard compile + render (best of %d, fresh process per size)" % args.repeat)
+    table = Table(title=f"railyard compile + render (best of {args.repeat}, fresh process per size)")
     for col in ("nodes", "switches", "links", "load+compile s", "render s", "total s", "s per 1k nodes", "peak RSS MB"):
         table.add_column(col, justify="right")
     for r in rows:

@@ -16,7 +16,7 @@ import yaml
 
 from railyard.compiler import Plan
 from railyard.compiler.inventory import to_ansible
-from railyard.compiler.slurm import at_least
+from railyard.spec import version_at_least
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 MARKER = ".railyard-render"
@@ -88,8 +88,8 @@ def _slurm(plan: Plan, out: dict[str, str]) -> None:
         "header": _header(plan),
         "s": s,
         "cfg": s.settings,
-        "v2311": at_least(s.version, "23.11"),
-        "v2405": at_least(s.version, "24.05"),
+        "v2311": version_at_least(s.version, "23.11"),
+        "v2405": version_at_least(s.version, "24.05"),
         "link_speed": plan.fabric.link_speed.rstrip("G") if plan.fabric else "",
     }
     out["slurm/slurm.conf"] = _template("slurm/slurm.conf.j2", **values)

@@ -29,6 +29,11 @@ SECRET_REF = re.compile(r"^(env:[A-Za-z_][A-Za-z0-9_]*|file:/\S+|pulumi:[A-Za-z]
 SLURM_TIME = re.compile(r"^(INFINITE|UNLIMITED|\d+|\d+:\d{2}(:\d{2})?|\d+-\d+(:\d{2}(:\d{2})?)?)$")
 
 
+def version_at_least(version: str, minimum: str) -> bool:
+    """'24.11' >= '24.05'; dotted numbers, compared as numbers."""
+    return tuple(int(x) for x in version.split(".")) >= tuple(int(x) for x in minimum.split("."))
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 

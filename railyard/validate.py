@@ -7,11 +7,7 @@ from collections import Counter, defaultdict
 from railyard.compiler.fabric import Fabric, build_fabric
 from railyard.compiler.nodes import Node, hostlist_field, resolve_nodes
 from railyard.errors import Problem
-from railyard.spec import Cluster
-
-
-def version_at_least(version: str, minimum: str) -> bool:
-    return tuple(int(x) for x in version.split(".")) >= tuple(int(x) for x in minimum.split("."))
+from railyard.spec import Cluster, version_at_least
 
 
 def resolve(cluster: Cluster) -> tuple[list[Node], Fabric | None, list[Problem]]:
@@ -74,15 +70,14 @@ def _slurm(cluster: Cluster, nodes: dict[str, Node], fabric: Fabric | None, prob
 
     has_nvlink = bool(fabric and fabric.block_sizes)
     fmt = slurm.topology
-    if fmt == "block" or (fmt == "auto" and has_nvlink):
-        if not version_at_least(version, "24.05"):
-            problems.append(
-                Problem(
-                    f"{base}.topology" if fmt == "block" else "cluster.versions.slurm",
-                    f"topology/block (NVLink domains) needs Slurm 24.05 or later, but the target is {version}; "
-                    "raise cluster.versions.slurm or set partitions.slurm.topology: tree",
-                )
+    if (fmt == "block" or (fmt == "auto" and has_nvlink)) and not version_at_least(version, "24.05"):
+        problems.append(
+            Problem(
+                f"{base}.topology" if fmt == "block" else "cluster.versions.slurm",
+                f"topology/block (NVLink domains) needs Slurm 24.05 or later, but the target is {version}; "
+                "raise cluster.versions.slurm or set partitions.slurm.topology: tree",
             )
+        )
     if fmt == "block" and not has_nvlink:
         problems.append(Problem(f"{base}.topology", "topology 'block' needs NVLink domains in the fabric (fabric.*.nvlink)"))
     if fmt == "yaml" and not version_at_least(version, "25.05"):

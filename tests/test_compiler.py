@@ -96,7 +96,7 @@ def test_gb200_gets_blocks_and_tree_in_topology_yaml():
     assert "slurm/topology.conf" not in art
     topo = yaml.safe_load(art["slurm/topology.yaml"])
     assert [t["topology"] for t in topo] == ["fabric", "nvlink", "flat"]
-    assert list(topo[0])[0] == "topology"  # must be the first key
+    assert next(iter(topo[0])) == "topology"  # must be the first key
     block = topo[1]["block"]
     assert block["block_sizes"] == [18, 36, 72]
     assert len(block["blocks"]) == 12 and all(len(expand(b["nodes"])) == 18 for b in block["blocks"])

@@ -13,7 +13,7 @@ from tests.conftest import ROOT
 def readme_spec() -> str:
     text = (ROOT / "README.md").read_text()
     section = text.split("## The spec, by example", 1)[1]
-    return re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
+    return re.search(r"```yaml\n(.*?)```", section, re.DOTALL).group(1)
 
 
 def test_readme_example_is_valid_and_derives_what_it_claims():

@@ -32,7 +32,7 @@ class Plan:
         return next(n for n in self.nodes if n.name == name)
 
 
-def compile(cluster: Cluster, source: str = "<spec>") -> Plan:  # noqa: A001 - the verb users know
+def compile(cluster: Cluster, source: str = "<spec>") -> Plan:
     """Compile a spec. Raises :class:`SpecError` if the spec breaks a cross-field rule."""
     from railyard.validate import check
 

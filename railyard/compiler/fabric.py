@@ -15,6 +15,7 @@ NVLink domains are a second grouping, inside the leaf groups.
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -411,7 +412,7 @@ def _nvlink(
             problems.append(
                 Problem(f"{base}.block_sizes", f"the first block size must be the NVLink domain size {size}, not {sizes[0]}")
             )
-        for a, b in zip(sizes, sizes[1:]):
+        for a, b in itertools.pairwise(sizes):
             ratio = b // a if b % a == 0 else 0
             if ratio < 2 or ratio & (ratio - 1):
                 problems.append(

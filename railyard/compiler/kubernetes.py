@@ -13,7 +13,7 @@ from typing import Any
 
 from railyard.compiler.fabric import Fabric
 from railyard.compiler.nodes import Node
-from railyard.spec import Cluster
+from railyard.spec import Cluster, version_at_least
 
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_LABEL = "railyard.dev/gpu"
@@ -171,7 +171,7 @@ def _volcano(cluster: Cluster, workers: list[Node], fabric: Fabric | None) -> li
     if fabric is None:
         return objs
     names = {n.name for n in workers}
-    with_tier_name = tuple(map(int, cluster.cluster.versions.volcano.split("."))) >= (1, 14, 0)
+    with_tier_name = version_at_least(cluster.cluster.versions.volcano, "1.14.0")
     present = [lvl for lvl in VOLCANO_LEVELS if lvl in fabric.groups]
     kept: dict[str, set[str]] = {}
     for tier, level in enumerate(present, start=1):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from railyard.compiler.fabric import Fabric
 from railyard.compiler.nodes import Node
 from railyard.hostlist import expand, fold
-from railyard.spec import Cluster, Gpus, Hardware, Slurm
+from railyard.spec import Cluster, Gpus, Hardware, Slurm, version_at_least
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,10 +73,6 @@ class SlurmPlan:
     settings: Slurm
 
 
-def at_least(version: str, minimum: str) -> bool:
-    return tuple(map(int, version.split("."))) >= tuple(map(int, minimum.split(".")))
-
-
 def gpu_devices(gpus: Gpus) -> str:
     """gres.conf File=: the spec's devices, else /dev/nvidia0.. one per GPU."""
     if gpus.devices:
@@ -101,7 +97,7 @@ def topology_format(cluster: Cluster, fabric: Fabric | None) -> str:
     if slurm.topology != "auto":
         return slurm.topology
     if fabric.block_sizes:
-        return "yaml" if at_least(cluster.cluster.versions.slurm, "25.05") else "block"
+        return "yaml" if version_at_least(cluster.cluster.versions.slurm, "25.05") else "block"
     return "tree"
 
 
