@@ -1,0 +1,1 @@
+"""Helpers shared by railyard's tests (real-daemon harnesses and the like)."""
