@@ -27,3 +27,24 @@ def lab_plan():
     from railyard.spec import load_plan
 
     return load_plan(LAB)
+
+
+# Suites written but not yet proven green from a clean clone inside CI's limits. They are
+# skipped with the reason printed (never counted as passes) until that proof is made;
+# RAILYARD_RUN_WIP=1 runs them. Remove an entry only with a clean-clone `make test` run.
+WIP = {
+    "tests/test_molecule.py": "issue 3: molecule scenarios not yet verified from a clean clone within CI time",
+    "tests/drivers/test_podman.py": "issue 4: podman node driver suite not yet verified from a clean clone",
+    "tests/deploy/test_lab_stack.py": "issue 4: lab-stack end-to-end (real engine) not yet verified from a clean clone",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    import os
+
+    if os.environ.get("RAILYARD_RUN_WIP") == "1":
+        return
+    for item in items:
+        rel = str(Path(item.fspath).relative_to(ROOT))
+        if rel in WIP:
+            item.add_marker(pytest.mark.skip(reason=f"WIP, RAILYARD_RUN_WIP=1 runs it: {WIP[rel]}"))

@@ -1,0 +1,154 @@
+"""The cluster as Pulumi components: the machines and wires, storage, and the two partitions.
+
+Every child has ``parent=self``; every component ends with ``register_outputs``. The
+components are built in the order their playbooks depend on each other (Fabric, then
+SharedStorage, then SlurmPartition, then KubernetesPartition) and share one
+:class:`Context`, so a playbook can wait for one in another component (slurm_compute
+waits for nfs_client).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+
+from railyard.compiler import Plan
+from railyard.deploy import machines
+from railyard.deploy.playbooks import PlannedPlaybook
+from railyard.deploy.providers.key import Key
+from railyard.deploy.providers.network import Network
+from railyard.deploy.providers.node import Node
+from railyard.deploy.providers.playbook import Playbook
+from railyard.deploy.secrets import resolve_output
+from railyard.drivers import PodmanNode, RedfishNode, to_props
+
+MUNGE_KEY_BYTES = 1024  # what `mungekey` makes by default
+
+
+@dataclass
+class Context:
+    plan: Plan
+    root: str
+    artifacts_dir: str
+    planned: list[PlannedPlaybook]
+    nodes: dict[str, Node] = field(default_factory=dict)
+    playbooks: dict[str, Playbook] = field(default_factory=dict)
+    secrets: dict[str, pulumi.Output[str]] = field(default_factory=dict)
+
+    @property
+    def inventory(self) -> str:
+        return f"{self.artifacts_dir}/ansible/inventory.json"
+
+
+def _playbooks(parent: pulumi.ComponentResource, ctx: Context, component: str) -> list[str]:
+    """Declare this component's playbooks; their roles, in order."""
+    roles = []
+    for pb in ctx.planned:
+        if pb.component != component:
+            continue
+        missing = [a for a in pb.after if a not in ctx.playbooks]
+        if missing:
+            raise ValueError(f"playbook {pb.role} waits for {missing}, declared in a later component")
+        nodes = [ctx.nodes[h] for h in pb.hosts]
+        ctx.playbooks[pb.role] = Playbook(
+            pb.role,
+            roles=[pb.role],
+            group=pb.group,
+            hosts=list(pb.hosts),
+            instances=pulumi.Output.all(**{h: ctx.nodes[h].instance for h in pb.hosts}),
+            digest=pb.digest,
+            inventory=ctx.inventory,
+            artifacts_dir=ctx.artifacts_dir,
+            root=ctx.root,
+            vars=pb.vars,
+            secret_vars={var: ctx.secrets[name] for var, name in pb.secrets},
+            opts=pulumi.ResourceOptions(parent=parent, depends_on=[*(ctx.playbooks[a] for a in pb.after), *nodes]),
+        )
+        roles.append(pb.role)
+    return roles
+
+
+class Fabric(pulumi.ComponentResource):
+    """The machines and the wires: lab networks, one Node per machine, and the common role."""
+
+    def __init__(self, name: str, ctx: Context, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("railyard:cluster:Fabric", name, None, opts)
+        plan = ctx.plan
+        networks = {
+            spec.name: Network(spec.name.removeprefix(f"railyard-{plan.name}-"), spec,
+                               opts=pulumi.ResourceOptions(parent=self))
+            for spec in machines.lab_networks(plan)
+        }
+        for node in plan.nodes:
+            spec = machines.node_spec(plan, node)
+            props: dict[str, Any] = to_props(spec)
+            deps: list[pulumi.Resource] = []
+            if isinstance(spec, PodmanNode):
+                deps = [networks[a.network] for a in spec.attachments]
+            if isinstance(spec, RedfishNode):
+                bmc = plan.spec.nodes[node.group_index].provision.bmc
+                assert bmc is not None
+                props["bmc"]["password"] = resolve_output(bmc.password.ref)
+            ctx.nodes[node.name] = Node(node.name, props, pulumi.ResourceOptions(parent=self, depends_on=deps))
+        roles = _playbooks(self, ctx, "fabric")
+        self.node_names = [n.name for n in plan.nodes]
+        self.register_outputs({
+            "networks": sorted(networks),
+            "nodes": {n: ctx.nodes[n].address for n in self.node_names},
+            "roles": roles,
+        })
+
+
+class SharedStorage(pulumi.ComponentResource):
+    """NFS server and exports, NFS and Lustre client mounts."""
+
+    def __init__(self, name: str, ctx: Context, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("railyard:cluster:SharedStorage", name, None, opts)
+        st = ctx.plan.storage
+        roles = _playbooks(self, ctx, "storage")
+        self.register_outputs({
+            "nfs_server": st.nfs_server,
+            "exports": [e.path for e in st.exports],
+            "mounts": {m.where: m.what for m in st.mounts},
+            "roles": roles,
+        })
+
+
+class SlurmPartition(pulumi.ComponentResource):
+    """munge (key generated once, kept secret), controller, compute, login, enroot, pyxis."""
+
+    def __init__(self, name: str, ctx: Context, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("railyard:cluster:SlurmPartition", name, None, opts)
+        s = ctx.plan.slurm
+        assert s is not None
+        ref = ctx.plan.spec.partitions.slurm.munge_key if ctx.plan.spec.partitions.slurm else None
+        if ref is not None:
+            ctx.secrets["munge"] = resolve_output(ref.ref)  # base64 of the key, like the generated one
+        else:
+            key = Key("munge-key", "munge", MUNGE_KEY_BYTES, opts=pulumi.ResourceOptions(parent=self))
+            ctx.secrets["munge"] = key.value
+        roles = _playbooks(self, ctx, "slurm")
+        self.controller = s.controllers[0]
+        self.register_outputs({
+            "controller": self.controller,
+            "login": list(s.login),
+            "partitions": {p.name: p.hostlist for p in s.partitions},
+            "roles": roles,
+        })
+
+
+class KubernetesPartition(pulumi.ComponentResource):
+    """Control plane and workers; its roles (issue 6) plug into the same table."""
+
+    def __init__(self, name: str, ctx: Context, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("railyard:cluster:KubernetesPartition", name, None, opts)
+        k = ctx.plan.kubernetes
+        assert k is not None
+        roles = _playbooks(self, ctx, "kubernetes")
+        self.register_outputs({
+            "control_plane": list(k.control_plane),
+            "workers": list(k.workers),
+            "roles": roles,
+        })

@@ -1,0 +1,103 @@
+"""From the plan to driver specs: which machine and which network each node gets. Pure.
+
+Lab (podman) nodes get the management network with the plan's address and name, and one
+interface per fabric leaf they are cabled to (``rail0``, ``rail1``, ...): a rail-optimized
+SU shows up in ``ip addr`` as it is cabled. Rails carry no names and no routes (see
+railyard.drivers.podman). NFS servers run privileged with their exports on podman
+volumes (nfs-ganesha cannot export overlayfs); stand-in GPUs become character devices.
+"""
+
+from __future__ import annotations
+
+from railyard.compiler import Plan
+from railyard.compiler.inventory import container_name
+from railyard.compiler.nodes import Node
+from railyard.compiler.storage import systemd_escape_path
+from railyard.drivers import Attachment, Bmc, NodeSpec, PodmanNode, RedfishNode, SshNode, Volume
+from railyard.drivers.podman import NetworkSpec
+from railyard.lab.image import IMAGE_REF
+
+
+def mgmt_network_name(cluster: str) -> str:
+    return f"railyard-{cluster}-mgmt"
+
+
+def rail_network_name(cluster: str, leaf: str) -> str:
+    return f"railyard-{cluster}-{leaf}"
+
+
+def podman_nodes(plan: Plan) -> list[Node]:
+    return [n for n in plan.nodes if plan.spec.nodes[n.group_index].provision.driver == "podman"]
+
+
+def gateway(plan: Plan) -> str:
+    """The lowest host address no node uses (the spec keeps addresses below first_host free)."""
+    net = plan.spec.network.management.cidr
+    used = {n.address for n in plan.nodes}
+    return str(next(h for h in net.hosts() if str(h) not in used))
+
+
+def leaves_of(plan: Plan) -> dict[str, list[str]]:
+    """node -> the leaf switches it is cabled to, in fabric order."""
+    if plan.fabric is None:
+        return {}
+    leaves = [s.name for s in plan.fabric.switches if s.tier == "leaf"]
+    out: dict[str, list[str]] = {}
+    for lower, upper, _count in plan.fabric.links:
+        if upper in leaves:
+            out.setdefault(lower, [])
+            if upper not in out[lower]:
+                out[lower].append(upper)
+    return {n: sorted(ls, key=leaves.index) for n, ls in out.items()}
+
+
+def lab_networks(plan: Plan) -> list[NetworkSpec]:
+    nodes = podman_nodes(plan)
+    if not nodes:
+        return []
+    mgmt = plan.spec.network.management.cidr
+    nets = [NetworkSpec(mgmt_network_name(plan.name), plan.name, subnet=str(mgmt), gateway=gateway(plan))]
+    cabled = leaves_of(plan)
+    used = sorted({leaf for n in nodes for leaf in cabled.get(n.name, [])},
+                  key=[s.name for s in plan.fabric.switches].index if plan.fabric else None)
+    nets += [NetworkSpec(rail_network_name(plan.name, leaf), plan.name, internal=True, dns=False) for leaf in used]
+    return nets
+
+
+def node_spec(plan: Plan, node: Node) -> NodeSpec:
+    """The driver spec of a node. Redfish passwords are left empty: the program fills them in."""
+    provision = plan.spec.nodes[node.group_index].provision
+    cluster = plan.name
+    if provision.driver == "ssh":
+        return SshNode(name=node.name, cluster=cluster, address=node.address, user=provision.ssh_user)
+    if provision.driver == "redfish":
+        assert provision.bmc is not None
+        b = provision.bmc
+        return RedfishNode(
+            name=node.name, cluster=cluster, address=node.address,
+            bmc=Bmc(address=b.address.format(name=node.name), username=b.username,
+                    system_id=b.system_id or "", verify_tls=b.verify_tls),
+        )
+    domain = plan.spec.cluster.domain
+    attachments = [Attachment(mgmt_network_name(cluster), "eth0", node.address, (node.name, f"{node.name}.{domain}"))]
+    attachments += [
+        Attachment(rail_network_name(cluster, leaf), f"rail{i}")
+        for i, leaf in enumerate(leaves_of(plan).get(node.name, []))
+    ]
+    gpus = plan.inventory.hostvars[node.name].get("railyard_gpus") or {}
+    devices = tuple(gpus.get("devices", ())) if gpus.get("stand_in") else ()
+    exports = plan.storage.exports if plan.storage.nfs_server == node.name else ()
+    volumes = tuple(
+        Volume(f"railyard-{cluster}-{node.name}-{systemd_escape_path(e.path)}", e.path) for e in exports
+    )
+    return PodmanNode(
+        name=node.name,
+        cluster=cluster,
+        address=node.address,
+        container=container_name(cluster, node.name),
+        image=IMAGE_REF,
+        attachments=tuple(attachments),
+        privileged="nfs_server" in node.roles,
+        devices=devices,
+        volumes=volumes,
+    )

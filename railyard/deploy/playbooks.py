@@ -1,0 +1,288 @@
+"""Which role runs where, after what, on which inputs: one table, and pure planning over it.
+
+Each role becomes one ``railyard:ansible:Playbook`` over its inventory group (Ansible's
+forks do the per-host fan-out). The Playbook's ``digest`` covers the role's files,
+ansible.cfg, the rendered artifacts the role reads and the host variables of its hosts:
+a change to any of them re-runs exactly that role. Roles whose directory does not exist
+yet are skipped with a note; whatever depended on them then waits for *their*
+dependencies instead, so the order stays right.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from railyard.compiler import Plan
+from railyard.hostlist import fold
+
+Component = Literal["fabric", "storage", "slurm", "kubernetes"]
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    role: str
+    group: str  # inventory group (or pattern) the play targets
+    after: tuple[str, ...]  # roles that must have run first
+    artifacts: tuple[str, ...]  # globs over rendered artifact paths the role reads
+    component: Component
+    # extravar name -> generated secret (see program.SECRETS); values are base64
+    secrets: tuple[tuple[str, str], ...] = ()
+
+
+# Order matters only for readability: dependencies are explicit in ``after``.
+# Storage comes before Slurm because compute and login nodes mount it.
+STEPS: tuple[Step, ...] = (
+    Step("common", "all", (), ("ansible/inventory.json",), "fabric"),
+    Step("nfs_server", "nfs_server", ("common",), ("storage/exports", "storage/ganesha.conf"), "storage"),
+    Step("nfs_client", "nfs_client", ("nfs_server",), ("storage/units/*",), "storage"),
+    Step("lustre_client", "lustre_client", ("common",), ("storage/units/*", "storage/lustre.conf"), "storage"),
+    Step("munge", "slurm", ("common",), (), "slurm", (("munge_key", "munge"),)),
+    Step("slurm_controller", "slurm_controller", ("munge",), ("slurm/*",), "slurm"),
+    Step("enroot", "slurm_compute:slurm_login", ("common",), ("enroot/*",), "slurm"),
+    Step("slurm_compute", "slurm_compute",
+         ("slurm_controller", "nfs_client", "lustre_client", "enroot"), ("slurm/*",), "slurm"),
+    Step("slurm_login", "slurm_login", ("slurm_controller", "nfs_client", "lustre_client"), ("slurm/*",), "slurm"),
+    Step("pyxis", "slurm_compute:slurm_login", ("enroot", "slurm_compute", "slurm_login"),
+         ("slurm/plugstack.conf.d/*",), "slurm"),
+)
+
+
+def is_lab(plan: Plan) -> bool:
+    return all(g.provision.driver == "podman" for g in plan.spec.nodes)
+
+
+def _package(plan: Plan, which: str) -> dict[str, Any] | None:
+    spec = plan.spec
+    owner = spec.storage.lustre if which == "lustre" else getattr(spec.partitions.slurm, which, None)
+    pkg = owner.package if owner is not None else None
+    return pkg.model_dump(exclude_none=True) if pkg is not None else None
+
+
+def _package_vars(prefix: str, which: str) -> Callable[[Plan], dict[str, Any]]:
+    return lambda p: {f"{prefix}_package": _package(p, which), f"{prefix}_package_required": not is_lab(p)}
+
+
+# Public role variables that come from the plan (the rest comes from the inventory and
+# the rendered artifacts). Enroot, Pyxis and the Lustre client are not in Debian: in the
+# lab a missing package is skipped with the reason printed, elsewhere it fails the role.
+ROLE_VARS: dict[str, Callable[[Plan], dict[str, Any]]] = {
+    "enroot": _package_vars("enroot", "enroot"),
+    "pyxis": _package_vars("pyxis", "pyxis"),
+    "lustre_client": _package_vars("lustre_client", "lustre"),
+}
+
+# The pipelining podman connection (module runs ~3x faster than containers.podman's,
+# which has none); looked for in these places, first found wins.
+PODMAN_CONNECTION_DIRS = ("plugins/connection", "tests/support/ansible_plugins/connection")
+
+
+def connection_plugin_dir(root: Path) -> Path | None:
+    return next((root / d for d in PODMAN_CONNECTION_DIRS if (root / d / "podman.py").is_file()), None)
+
+
+def podman_overrides(inventory: dict[str, Any]) -> dict[str, Any]:
+    """A second inventory source moving container hosts to the pipelining connection.
+
+    Host variables, not extravars: an extravar would also apply to ``delegate_to: localhost``.
+    """
+    hosts = (inventory.get("all") or {}).get("hosts") or {}
+    moved = {h: {"ansible_connection": "podman"} for h, hv in hosts.items()
+             if (hv or {}).get("ansible_connection") == "containers.podman.podman"}
+    return {"all": {"hosts": moved}} if moved else {}
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedPlaybook:
+    role: str
+    group: str
+    hosts: tuple[str, ...]
+    after: tuple[str, ...]  # planned roles only (skipped ones resolved through)
+    digest: str
+    component: Component
+    secrets: tuple[tuple[str, str], ...]
+    vars: dict[str, Any]
+
+
+def group_hosts(plan: Plan, pattern: str) -> tuple[str, ...]:
+    """Hosts of an inventory pattern: ``all``, a group, a parent group, or ``a:b`` (union)."""
+    inv = plan.inventory
+    out: list[str] = []
+    for part in pattern.split(":"):
+        if part == "all":
+            names = [n.name for n in plan.nodes]
+        elif part in inv.children:
+            names = [h for child in inv.children[part] for h in inv.groups.get(child, ())]
+        else:
+            names = list(inv.groups.get(part, ()))
+        out += [h for h in names if h not in out]
+    return tuple(out)
+
+
+# Parts of a role that never reach a host: editing its tests must not re-run it on the cluster.
+NOT_SHIPPED = frozenset({"molecule", "tests", "__pycache__", ".pytest_cache", ".cache"})
+
+
+def tree_digest(path: Path) -> str:
+    """Hash of a role's files (names and bytes) in a stable order, tests left out."""
+    h = hashlib.sha256()
+    for f in sorted(path.rglob("*")):
+        rel = f.relative_to(path)
+        if f.is_file() and not NOT_SHIPPED & set(rel.parts) and f.suffix not in (".pyc", ".md"):
+            h.update(str(rel).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def step_digest(step: Step, role_digest: str, config_digest: str, artifacts: dict[str, str],
+                hostvars: dict[str, Any]) -> str:
+    h = hashlib.sha256()
+    h.update(json.dumps([step.role, step.group, role_digest, config_digest]).encode())
+    for rel in sorted(artifacts):
+        if any(fnmatch.fnmatch(rel, g) for g in step.artifacts):
+            h.update(rel.encode() + b"\0" + artifacts[rel].encode() + b"\0")
+    h.update(json.dumps(hostvars, sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def plan_playbooks(
+    plan: Plan, root: Path, artifacts: dict[str, str], steps: tuple[Step, ...] = STEPS
+) -> tuple[list[PlannedPlaybook], list[str]]:
+    """The playbooks to declare, in dependency order, and notes on what was skipped and why."""
+    roles_dir = root / "roles"
+    config = root / "ansible.cfg"
+    config_digest = hashlib.sha256(config.read_bytes()).hexdigest() if config.exists() else ""
+    by_role = {s.role: s for s in steps}
+    planned: dict[str, PlannedPlaybook] = {}
+    notes: list[str] = []
+    resolved_after: dict[str, tuple[str, ...]] = {}
+
+    def effective(role: str) -> tuple[str, ...]:
+        """``role`` itself when planned, else what it would have waited for."""
+        if role in planned:
+            return (role,)
+        return resolved_after.get(role, ())
+
+    for step in steps:
+        deps: list[str] = []
+        for dep in step.after:
+            if dep not in by_role:
+                raise ValueError(f"step {step.role} waits for unknown role {dep}")
+            deps += [d for d in effective(dep) if d not in deps]
+        resolved_after[step.role] = tuple(deps)
+        hosts = group_hosts(plan, step.group)
+        if not hosts:
+            continue  # nothing in the spec needs this role (e.g. no Lustre): no note
+        role_path = roles_dir / step.role
+        if not (role_path / "tasks" / "main.yml").is_file():
+            notes.append(f"role {step.role} skipped: {role_path.relative_to(root)}/tasks/main.yml does not exist yet")
+            continue
+        hv = {h: plan.inventory.hostvars[h] for h in hosts}
+        digest = step_digest(step, tree_digest(role_path), config_digest, artifacts, hv)
+        role_vars = ROLE_VARS.get(step.role, lambda _p: {})(plan)
+        planned[step.role] = PlannedPlaybook(
+            step.role, step.group, hosts, tuple(deps), digest, step.component, step.secrets, role_vars
+        )
+    return list(planned.values()), notes
+
+
+def playbook_yaml(group: str, roles: list[str]) -> str:
+    """The one play a Playbook resource runs.
+
+    Like the roles' molecule scenarios: no implicit fact gathering (each role gathers
+    what it needs) and the free strategy (no host waits for the slowest at every task).
+    """
+    play = {"name": f"railyard: {', '.join(roles)}", "hosts": group, "gather_facts": False,
+            "strategy": "free", "roles": roles}
+    return json.dumps([play], indent=1) + "\n"  # JSON is YAML
+
+
+def changed_hosts(olds: dict[str, Any], news: dict[str, Any]) -> list[str]:
+    """Hosts that are new or are a new instance (recreated, reinstalled) since the last run."""
+    old = olds.get("instances") or {}
+    new = news.get("instances") or {}
+    return sorted(h for h in news.get("hosts", []) if h not in old or old.get(h) != new.get(h))
+
+
+# ------------------------------------------------------------------------ progress
+
+
+class Progress:
+    """ansible-runner events -> readable lines, as (kind, text): kind 'status' is transient
+    (the resource's progress row), 'info' is kept in the summary.
+
+    Kept: every failure and unreachable host with Ansible's message as it happens; at the
+    end, one line per task that changed something, naming its hosts as a hostlist (the
+    free strategy interleaves hosts and tasks), and a recap. Only task
+    names, hosts and module messages are shown, never module arguments; tasks with
+    ``no_log`` are censored by Ansible before they get here.
+    """
+
+    def __init__(self) -> None:
+        self.changed: dict[str, list[str]] = {}  # task -> hosts, in the order seen
+        self.failures: list[str] = []
+        self.stats: dict[str, dict[str, int]] = {}
+
+    def feed(self, event: dict[str, Any]) -> list[tuple[str, str]]:
+        kind = event.get("event", "")
+        data = event.get("event_data") or {}
+        host, where = data.get("host", ""), _where(data)
+        res = data.get("res") or {}
+        if kind == "playbook_on_task_start":
+            return [("status", f"TASK [{where}]")]
+        if kind == "runner_on_ok":
+            if res.get("changed"):
+                self.changed.setdefault(where, []).append(host)
+                return [("status", f"changed: [{host}] {where}")]
+            return [("status", f"ok: [{host}] {where}")]
+        if kind == "runner_on_skipped":
+            return [("status", f"skipping: [{host}] {where}")]
+        if kind == "runner_on_failed" and data.get("ignore_errors"):
+            return [("status", f"failed (ignored): [{host}] {where}")]
+        if kind in ("runner_on_failed", "runner_on_unreachable"):
+            word = "FAILED" if kind == "runner_on_failed" else "UNREACHABLE"
+            line = f"{word}: [{host}] {where}: {_msg(res)}"
+            self.failures.append(line)
+            return [("info", line)]
+        if kind == "playbook_on_stats":
+            self.stats = recap(data)
+            return [*self._flush(), ("info", recap_line(self.stats))]
+        return []
+
+    def _flush(self) -> list[tuple[str, str]]:
+        out = [("info", f"changed: {task} on {fold(hosts)}") for task, hosts in self.changed.items()]
+        self.changed = {}
+        return out
+
+
+def _where(data: dict[str, Any]) -> str:
+    task, role = str(data.get("task", "")), str(data.get("role", ""))
+    return f"{role} : {task}" if role and not task.startswith(role) else task
+
+
+def _msg(res: dict[str, Any]) -> str:
+    text = str(res.get("msg") or res.get("stderr") or res.get("reason") or "").strip()
+    return text.splitlines()[0][:300] if text else ""
+
+
+def recap(stats: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """Per-host counters from a ``playbook_on_stats`` event."""
+    keys = ("ok", "changed", "failures", "dark", "skipped")
+    hosts = sorted({h for k in keys for h in (stats.get(k) or {})})
+    return {h: {k: int((stats.get(k) or {}).get(h, 0)) for k in keys} for h in hosts}
+
+
+def recap_line(stats: dict[str, dict[str, int]]) -> str:
+    """One line for a whole play: totals, and which hosts changed or failed (as hostlists)."""
+    total = {k: sum(s[k] for s in stats.values()) for k in ("ok", "changed", "failures", "dark")}
+    line = (f"recap: {len(stats)} hosts, ok={total['ok']} changed={total['changed']} "
+            f"failed={total['failures']} unreachable={total['dark']}")
+    for key, word in (("changed", "changed on"), ("failures", "FAILED on"), ("dark", "UNREACHABLE")):
+        hosts = [h for h, s in stats.items() if s[key]]
+        if hosts:
+            line += f"; {word} {fold(hosts)}"
+    return line

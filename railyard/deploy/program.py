@@ -1,0 +1,108 @@
+"""The Pulumi program: everything the Plan says, declared as resources, and the stack outputs.
+
+The same function runs under ``pulumi up`` (``__main__.py``, via the Python language host)
+and as the Automation API's inline program (:mod:`railyard.deploy.automation`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pulumi
+
+from railyard.compiler import Plan
+from railyard.compiler.inventory import container_name
+from railyard.deploy.components import (
+    Context,
+    Fabric,
+    KubernetesPartition,
+    SharedStorage,
+    SlurmPartition,
+)
+from railyard.deploy.playbooks import plan_playbooks
+from railyard.render import digest, render, write
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write_artifacts(root: Path, plan: Plan, artifacts: dict[str, str]) -> Path:
+    """Rendered artifacts in a directory named by their digest: written once, never changed.
+
+    Playbooks read them there, so a preview of another spec can never change what a
+    running or later playbook of this one reads.
+    """
+    base = root / ".railyard" / "artifacts"
+    out = base / f"{plan.name}-{digest(artifacts)[:16]}"
+    if not out.exists():
+        base.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=base))
+        tmp.rmdir()
+        write(artifacts, tmp)
+        try:
+            os.rename(tmp, out)
+        except OSError:  # another run wrote the same digest first: same content
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def login_command(plan: Plan) -> str | None:
+    if plan.slurm is None or not plan.slurm.login:
+        return None
+    login = plan.node(plan.slurm.login[0])
+    if plan.spec.nodes[login.group_index].provision.driver == "podman":
+        return f"podman exec -it {container_name(plan.name, login.name)} bash"
+    user = plan.spec.nodes[login.group_index].provision.ssh_user
+    return f"ssh {user}@{login.address}"
+
+
+def topology_summary(plan: Plan) -> dict[str, Any]:
+    f = plan.fabric
+    out: dict[str, Any] = {"levels": [], "groups": {}, "slurm": None}
+    if f is not None:
+        out["levels"] = list(f.levels)
+        out["groups"] = {level: {g.name: list(g.nodes) for g in groups} for level, groups in f.groups.items()}
+        out["link_speed"] = f.link_speed
+    if plan.slurm is not None:
+        out["slurm"] = {
+            "format": plan.slurm.topology_format,
+            "switches": {s.name: s.nodes or s.switches for s in plan.slurm.switches},
+        }
+    return out
+
+
+def program(plan: Plan, root: Path = ROOT) -> Context:
+    artifacts = render(plan)
+    adir = write_artifacts(root, plan, artifacts)
+    planned, notes = plan_playbooks(plan, root, artifacts)
+    for note in notes:
+        pulumi.log.info(note)
+    ctx = Context(plan=plan, root=str(root), artifacts_dir=str(adir), planned=planned)
+
+    Fabric(plan.name, ctx)
+    SharedStorage(plan.name, ctx)
+    if plan.slurm is not None:
+        SlurmPartition(plan.name, ctx)
+    if plan.kubernetes is not None:
+        KubernetesPartition(plan.name, ctx)
+
+    pulumi.export("cluster", plan.name)
+    pulumi.export("controller", plan.slurm.controllers[0] if plan.slurm else None)
+    pulumi.export("login_command", login_command(plan))
+    pulumi.export("nodes", [
+        {"name": n.name, "address": n.address, "partition": n.partition, "roles": list(n.roles),
+         "driver": plan.spec.nodes[n.group_index].provision.driver}
+        for n in plan.nodes
+    ])
+    pulumi.export("partitions", {
+        **({f"slurm/{p.name}": p.hostlist for p in plan.slurm.partitions} if plan.slurm else {}),
+        **({"kubernetes": ",".join(plan.kubernetes.workers)} if plan.kubernetes else {}),
+    })
+    pulumi.export("topology", topology_summary(plan))
+    pulumi.export("roles", [pb.role for pb in planned])
+    pulumi.export("skipped", notes)
+    pulumi.export("artifacts", str(adir))
+    return ctx

@@ -1,0 +1,560 @@
+"""Collectors: thin I/O adapters that fill an :class:`Observed`. All judging is in compare.
+
+``collect(plan, layers, runner)`` is the one entry point (the CLI's and the live
+fault-injection suite's). Layers run in parallel, and inside a layer hosts do; each
+layer has a deadline, and a host that does not answer in time is *unreachable*, never
+"no drift". The ``runner`` runs a command on a node: :class:`PlanRunner` uses ``podman
+exec`` for lab containers and ssh for the rest; a test passes a recorded one.
+
+* slurm: ``scontrol show topology|node|partition`` on the first controller that answers;
+* files: every planned role in check+diff mode through ansible-runner (railyard.drift.files);
+* nodes: each node's driver ``observe()`` (railyard.drivers), then one ``systemctl show``
+  for the units the plan's roles keep running or enabled (:func:`expected_units`);
+* kubernetes: not deployed by railyard yet; says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from railyard.compiler import Plan
+from railyard.drift.model import LAYERS, CheckError
+from railyard.drift.observed import (
+    FilesObservation,
+    KubernetesObservation,
+    NodeObservation,
+    NodesObservation,
+    Observed,
+    SlurmObservation,
+    UnitState,
+    Unreachable,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+Log = Callable[[str], None]
+
+
+def _quiet(_msg: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Seconds. ``command`` is one command on one host; the others are a whole layer."""
+
+    command: float = 30.0
+    nodes: float = 90.0
+    slurm: float = 60.0
+    files: float = 900.0
+    kubernetes: float = 60.0
+
+    def layer(self, name: str) -> float:
+        return float(getattr(self, name))
+
+
+# --------------------------------------------------------------------------- runners
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    rc: int
+    stdout: str
+    stderr: str
+
+
+class HostUnreachable(Exception):
+    """The command could not be started on the host at all (not: it ran and failed)."""
+
+
+class Runner(Protocol):
+    def run(self, host: str, argv: Sequence[str], timeout: float) -> Result:
+        """Run ``argv`` on ``host``; raises :class:`HostUnreachable` if the host cannot be reached."""
+        ...
+
+
+class PlanRunner:
+    """``podman exec`` into lab containers, ssh to every other node (redfish ones too)."""
+
+    def __init__(self, plan: Plan) -> None:
+        from railyard.deploy.machines import node_spec
+        from railyard.drivers import PodmanNode, SshNode
+
+        self._argv: dict[str, Callable[[Sequence[str]], list[str]]] = {}
+        self._podman: dict[str, bool] = {}
+        for node in plan.nodes:
+            spec = node_spec(plan, node)
+            self._podman[node.name] = isinstance(spec, PodmanNode)
+            if isinstance(spec, PodmanNode):
+                self._argv[node.name] = lambda a, c=spec.container: ["podman", "exec", c, *a]
+            else:
+                user = plan.spec.nodes[node.group_index].provision.ssh_user
+                ssh = spec if isinstance(spec, SshNode) else SshNode(node.name, plan.name, node.address, user)
+                self._argv[node.name] = lambda a, s=ssh: _ssh(s, a)
+
+    def run(self, host: str, argv: Sequence[str], timeout: float) -> Result:
+        if host not in self._argv:
+            raise HostUnreachable(f"{host} is not in the spec")
+        cmd = self._argv[host](argv)
+        try:
+            proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise HostUnreachable(f"no answer within {timeout:.0f}s") from None
+        except FileNotFoundError as exc:
+            raise HostUnreachable(f"{cmd[0]} is not installed here ({exc.strerror})") from None
+        err = proc.stderr.strip()
+        # podman exec: 125 is podman's own failure (no such container, not running);
+        # ssh: 255 is ssh's own failure (refused, no route, auth).
+        if (self._podman[host] and proc.returncode == 125) or (not self._podman[host] and proc.returncode == 255):
+            raise HostUnreachable(err.splitlines()[-1] if err else f"exit {proc.returncode}")
+        return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+def _ssh(node: Any, argv: Sequence[str]) -> list[str]:
+    from railyard.drivers.ssh import ssh_command
+
+    return ssh_command(node, shlex.join(argv))
+
+
+# --------------------------------------------------------------------------- roles
+
+
+def role_exists(root: Path, role: str) -> bool:
+    return (root / "roles" / role / "tasks" / "main.yml").is_file()
+
+
+def expected_units(plan: Plan, roles: Sequence[str]) -> dict[str, tuple[tuple[str, str, str], ...]]:
+    """host -> ((unit, want, role), ...): what the given (existing) roles keep on each host.
+
+    ``want`` is ``active`` for daemons the roles start and enable, ``enabled`` for NFS
+    mount units: the nfs_client role always installs and enables them but mounts only
+    where the kernel has an NFS client (the lab's does not). Left out: units whose names
+    a role picks at run time (kernel nfsd or nfs-ganesha) and Lustre mounts (the lab has
+    no Lustre server to mount from).
+    """
+    from railyard.deploy.playbooks import group_hosts
+
+    units: dict[str, list[tuple[str, str, str]]] = {}
+
+    def add(hosts: Sequence[str], unit: str, want: str, role: str) -> None:
+        for h in hosts:
+            mine = units.setdefault(h, [])
+            if all(u[0] != unit for u in mine):
+                mine.append((unit, want, role))
+
+    if plan.slurm is not None:
+        if "munge" in roles:
+            add(group_hosts(plan, "slurm"), "munge.service", "active", "munge")
+        if "slurm_controller" in roles:
+            add(plan.slurm.controllers, "slurmctld.service", "active", "slurm_controller")
+        if "slurm_compute" in roles:
+            add(plan.slurm.compute, "slurmd.service", "active", "slurm_compute")
+    if "nfs_client" in roles:
+        for m in plan.storage.mounts:
+            if m.type == "nfs":
+                add(m.clients, m.unit, "enabled", "nfs_client")
+    return {h: tuple(u) for h, u in units.items()}
+
+
+SHOW_PROPERTIES = "Id,LoadState,ActiveState,SubState,UnitFileState"
+
+
+def systemctl_show_argv(units: Sequence[str]) -> list[str]:
+    return ["systemctl", "show", "-p", SHOW_PROPERTIES, *units]
+
+
+def parse_systemctl_show(wanted: Sequence[tuple[str, ...]], stdout: str) -> tuple[UnitState, ...]:
+    """``systemctl show -p ... a b``: one block of Key=Value per unit, blank-line separated.
+
+    ``wanted`` is (unit, want[, role]) per unit, as :func:`expected_units` gives them.
+    """
+    blocks: dict[str, dict[str, str]] = {}
+    for block in stdout.strip().split("\n\n"):
+        props = dict(line.split("=", 1) for line in block.strip().splitlines() if "=" in line)
+        if props.get("Id"):
+            blocks[props["Id"]] = props
+    out = []
+    for unit, want, *role in wanted:
+        p = blocks.get(unit, {})
+        out.append(UnitState(unit, want, p.get("ActiveState", ""), p.get("SubState", ""),
+                             p.get("UnitFileState", ""), p.get("LoadState", "not-found" if not p else ""),
+                             role[0] if role else ""))
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------- slurm
+
+
+def _scontrol_failure(res: Result, ctl: str) -> str:
+    if res.rc == 127:
+        return f"scontrol is not installed on {ctl}"
+    text = (res.stderr or res.stdout).strip()
+    return text.splitlines()[-1] if text else f"scontrol exit {res.rc}"
+
+
+def collect_slurm(plan: Plan, runner: Runner, timeouts: Timeouts = Timeouts()) -> SlurmObservation:
+    from railyard.drift.slurm import parse_nodes, parse_partitions, parse_topology
+
+    assert plan.slurm is not None
+    commands = {
+        "topology": ["scontrol", "show", "topology"],
+        "node": ["scontrol", "show", "node"],
+        "partition": ["scontrol", "show", "partition"],
+    }
+    last = Unreachable(plan.slurm.controllers[0], "no controller in the spec")
+    for ctl in plan.slurm.controllers:
+        with ThreadPoolExecutor(max_workers=len(commands)) as pool:
+            futures = {k: pool.submit(runner.run, ctl, argv, timeouts.command) for k, argv in commands.items()}
+            results: dict[str, Result] = {}
+            try:
+                for k, fut in futures.items():
+                    results[k] = fut.result()
+            except HostUnreachable as exc:
+                last = Unreachable(ctl, str(exc))
+                continue
+        for key in ("node", "partition"):
+            if results[key].rc != 0:
+                return SlurmObservation(ctl, failure=_scontrol_failure(results[key], ctl))
+        topo = results["topology"]
+        if topo.rc != 0 and "No topology information" not in topo.stderr:
+            return SlurmObservation(ctl, failure=_scontrol_failure(topo, ctl))
+        switches, blocks = parse_topology(topo.stdout)
+        return SlurmObservation(
+            controller=ctl,
+            nodes=tuple(parse_nodes(results["node"].stdout)),
+            partitions=tuple(parse_partitions(results["partition"].stdout)),
+            switches=tuple(switches),
+            blocks=tuple(blocks),
+        )
+    return SlurmObservation(last.host, unreachable=last)
+
+
+# --------------------------------------------------------------------------- nodes
+
+
+def _observe_one(plan: Plan, name: str, runner: Runner, units: tuple[tuple[str, str, str], ...],
+                 timeouts: Timeouts) -> NodeObservation:
+    from railyard.deploy.machines import node_spec
+    from railyard.drivers import PodmanNode, RedfishNode, driver_for
+
+    node = plan.node(name)
+    spec = node_spec(plan, node)
+    handle = spec.container if isinstance(spec, PodmanNode) else (
+        spec.bmc.address if isinstance(spec, RedfishNode) else f"{spec.user}@{spec.address}")
+    if isinstance(spec, RedfishNode):
+        spec = _with_bmc_password(plan, node.group_index, spec)
+    state = driver_for(spec).observe(spec)
+    services: tuple[UnitState, ...] = ()
+    reachable = state.reachable
+    detail = state.detail
+    if reachable and units:
+        try:
+            res = runner.run(name, systemctl_show_argv([u[0] for u in units]), timeouts.command)
+        except HostUnreachable as exc:
+            reachable, detail = False, str(exc)
+        else:
+            if res.rc != 0:
+                raise CollectorError(f"{name}: `systemctl show` failed (exit {res.rc}): {res.stderr.strip()[:200]}")
+            services = parse_systemctl_show(units, res.stdout)
+    return NodeObservation(name, spec.driver, handle, state.exists, state.power, reachable, detail, services)
+
+
+def _with_bmc_password(plan: Plan, group_index: int, spec: Any) -> Any:
+    """Redfish needs the BMC password; env: and file: references resolve here."""
+    from dataclasses import replace
+
+    from railyard.deploy.secrets import parse_ref, resolve
+
+    bmc = plan.spec.nodes[group_index].provision.bmc
+    assert bmc is not None
+    kind, _ = parse_ref(bmc.password.ref)
+    if kind == "pulumi":
+        raise CollectorError(f"BMC password {bmc.password.ref}: a pulumi: reference resolves only inside the "
+                             "Pulumi program; use env: or file: to check drift on this node")
+    return replace(spec, bmc=replace(spec.bmc, password=resolve(bmc.password.ref)))
+
+
+def collect_nodes(plan: Plan, runner: Runner, *, root: Path = ROOT, timeouts: Timeouts = Timeouts(),
+                  workers: int = 8) -> NodesObservation:
+    roles = [r for r in ("munge", "slurm_controller", "slurm_compute", "nfs_client") if role_exists(root, r)]
+    units = expected_units(plan, roles)
+    names = [n.name for n in plan.nodes]
+    out: dict[str, NodeObservation] = {}
+    pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(names))))
+    try:
+        futures = {n: pool.submit(_observe_one, plan, n, runner, units.get(n, ()), timeouts) for n in names}
+        deadline = time.monotonic() + timeouts.nodes
+        for n, fut in futures.items():
+            try:
+                out[n] = fut.result(timeout=max(0.0, deadline - time.monotonic()))
+            except FutureTimeout:
+                out[n] = NodeObservation(n, "", n, True, "unknown", False,
+                                         f"the driver did not answer within {timeouts.nodes:.0f}s")
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    return NodesObservation(tuple(out[n] for n in names))
+
+
+# --------------------------------------------------------------------------- files
+
+
+class CollectorError(RuntimeError):
+    """A collector could not run at all; the message says why and what to do."""
+
+
+@dataclass
+class FilesRun:
+    """What one check-mode run needs; built by :func:`prepare_files`, pure but for the disk."""
+
+    playbook: str
+    inventory: str
+    extravars: dict[str, Any]
+    hosts: tuple[str, ...]
+    roles: tuple[str, ...]
+    notes: list[str] = field(default_factory=list)
+
+
+def prepare_files(plan: Plan, root: Path, secrets: Mapping[str, str]) -> FilesRun:
+    """The roles to check and their variables: the Pulumi program's own planning."""
+    from railyard.deploy.playbooks import plan_playbooks
+    from railyard.deploy.program import write_artifacts
+    from railyard.drift.files import check_playbook
+    from railyard.render import render
+
+    artifacts = render(plan)
+    adir = write_artifacts(root, plan, artifacts)
+    planned, notes = plan_playbooks(plan, root, artifacts)
+    runnable = []
+    extravars: dict[str, Any] = {"railyard_artifacts_dir": str(adir)}
+    for pb in planned:
+        missing = [name for _var, name in pb.secrets if name not in secrets]
+        if missing:
+            notes.append(f"role {pb.role} not checked: it needs the {', '.join(missing)} secret, which lives in "
+                         "the Pulumi stack; pass --stack")
+            continue
+        runnable.append(pb)
+        extravars.update(pb.vars)
+        extravars.update({var: secrets[name] for var, name in pb.secrets})
+    hosts = tuple(dict.fromkeys(h for pb in runnable for h in pb.hosts))
+    return FilesRun(
+        playbook=check_playbook((pb.role, pb.group) for pb in runnable),
+        inventory=f"{adir}/ansible/inventory.json",
+        extravars=extravars,
+        hosts=hosts,
+        roles=tuple(pb.role for pb in runnable),
+        notes=notes,
+    )
+
+
+def run_check_mode(run: FilesRun, root: Path, timeouts: Timeouts) -> tuple[list[dict[str, Any]], Any]:
+    """ansible-playbook --check --diff; events stay in memory (never on disk: no_log or not)."""
+    import ansible_runner
+
+    events: list[dict[str, Any]] = []
+
+    def keep(event: dict[str, Any]) -> bool:
+        events.append(event)
+        return False
+
+    bindir = str(Path(sys.executable).parent)
+    with tempfile.TemporaryDirectory(prefix="railyard-drift-") as tmp:
+        os.chmod(tmp, 0o700)
+        (Path(tmp) / "project").mkdir()
+        (Path(tmp) / "project" / "site.yml").write_text(run.playbook)
+        result = ansible_runner.run(
+            private_data_dir=tmp,
+            playbook="site.yml",
+            inventory=run.inventory,
+            extravars=run.extravars,
+            cmdline="--check --diff",
+            quiet=True,
+            event_handler=keep,
+            timeout=int(timeouts.files),
+            envvars={
+                "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
+                "ANSIBLE_ROLES_PATH": str(root / "roles"),
+                "PATH": f"{bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+                "ANSIBLE_GATHERING": "smart",  # facts once per host, not once per play
+                "ANSIBLE_TIMEOUT": str(int(timeouts.command)),  # connection
+                "ANSIBLE_TASK_TIMEOUT": str(int(timeouts.files)),
+                "ANSIBLE_FORCE_COLOR": "0",
+                "ANSIBLE_NOCOLOR": "1",
+                "ANSIBLE_RETRY_FILES_ENABLED": "0",
+            },
+        )
+        status, rc = result.status, result.rc
+        tail = ""
+        if status not in ("successful", "failed"):
+            try:
+                tail = "\n".join(result.stdout.read().strip().splitlines()[-5:])
+            except Exception:  # noqa: BLE001 - only for the message
+                tail = ""
+    return events, (status, rc, tail)
+
+
+def collect_files(plan: Plan, *, root: Path = ROOT, secrets: Mapping[str, str] | None = None,
+                  timeouts: Timeouts = Timeouts()) -> tuple[FilesObservation, list[str]]:
+    from railyard.drift.files import summarize_events
+
+    run = prepare_files(plan, root, secrets or {})
+    if not run.roles:
+        return FilesObservation(hosts=(), roles=()), run.notes
+    events, (status, rc, tail) = run_check_mode(run, root, timeouts)
+    if status == "timeout":
+        raise CollectorError(f"ansible-playbook --check did not finish within {timeouts.files:.0f}s")
+    summary = summarize_events(events)
+    if not summary.finished:
+        raise CollectorError(f"ansible-playbook --check stopped early ({status}, exit {rc})" +
+                             (f": {tail}" if tail else ""))
+    return FilesObservation(
+        hosts=run.hosts,
+        roles=run.roles,
+        changes=summary.changes,
+        failures=summary.failures,
+        unreachable=summary.unreachable,
+    ), run.notes
+
+
+# --------------------------------------------------------------------------- secrets
+
+
+def stack_secrets(stack: str, root: Path = ROOT) -> dict[str, str]:
+    """The stack's generated secrets by purpose (``munge`` -> base64), from its state."""
+    from railyard.deploy.automation import engine_env, pulumi_bin
+
+    bin_dir = pulumi_bin()
+    env = {**os.environ, **engine_env(stack, bin_dir)}
+    try:
+        proc = subprocess.run([str(bin_dir / "pulumi"), "stack", "export", "--show-secrets", "--stack", stack],
+                              cwd=root, env=env, capture_output=True, text=True, timeout=120, check=False)
+    except subprocess.TimeoutExpired:
+        raise CollectorError(f"`pulumi stack export --stack {stack}` did not finish within 120s") from None
+    if proc.returncode != 0:
+        raise CollectorError(f"cannot read stack {stack}: {proc.stderr.strip().splitlines()[-1:] or proc.returncode}")
+    return secrets_from_deployment(json.loads(proc.stdout))
+
+
+def secrets_from_deployment(state: Mapping[str, Any]) -> dict[str, str]:
+    """``pulumi stack export --show-secrets`` -> {purpose: value} of railyard:secrets:Key resources."""
+    out: dict[str, str] = {}
+    for res in (state.get("deployment") or {}).get("resources") or []:
+        if not str(res.get("type", "")).endswith("railyard/secrets:Key"):
+            continue
+        outputs = res.get("outputs") or {}
+        value = outputs.get("value")
+        if isinstance(value, Mapping) and "plaintext" in value:
+            value = json.loads(value["plaintext"])
+        purpose = outputs.get("purpose")
+        if isinstance(purpose, Mapping) and "plaintext" in purpose:
+            purpose = json.loads(purpose["plaintext"])
+        if isinstance(value, str) and isinstance(purpose, str):
+            out[purpose] = value
+    return out
+
+
+def spec_secrets(plan: Plan) -> dict[str, str]:
+    """Secrets the spec references directly (env:, file:), which need no stack."""
+    from railyard.deploy.secrets import parse_ref, resolve
+
+    out: dict[str, str] = {}
+    slurm = plan.spec.partitions.slurm
+    if slurm is not None and slurm.munge_key is not None:
+        kind, _ = parse_ref(slurm.munge_key.ref)
+        if kind != "pulumi":
+            out["munge"] = resolve(slurm.munge_key.ref)
+    return out
+
+
+# --------------------------------------------------------------------------- all
+
+
+def collect_kubernetes(plan: Plan) -> KubernetesObservation:
+    """railyard has no Kubernetes roles yet (issue 6): nothing runs there to observe."""
+    return KubernetesObservation(deployed=False, reason="railyard does not deploy the Kubernetes partition yet")
+
+
+def collect(
+    plan: Plan,
+    layers: Sequence[str] = LAYERS,
+    runner: Runner | None = None,
+    *,
+    root: Path = ROOT,
+    secrets: Mapping[str, str] | None = None,
+    timeouts: Timeouts = Timeouts(),
+    log: Log = _quiet,
+) -> Observed:
+    """Observe the requested layers in parallel; a layer that fails becomes a CheckError."""
+    unknown = [layer for layer in layers if layer not in LAYERS]
+    if unknown:
+        raise ValueError(f"unknown layer(s) {', '.join(unknown)}; choose from {', '.join(LAYERS)}")
+    runner = runner or PlanRunner(plan)
+    notes: list[str] = []
+    errors: list[CheckError] = []
+    got: dict[str, Any] = {}
+    jobs: dict[str, Callable[[], Any]] = {}
+    if "nodes" in layers:
+        jobs["nodes"] = lambda: collect_nodes(plan, runner, root=root, timeouts=timeouts)
+    if "slurm" in layers:
+        if plan.slurm is None:
+            notes.append("slurm: the spec has no Slurm partition")
+        elif not role_exists(root, "slurm_controller"):
+            notes.append("slurm: not checked: role slurm_controller does not exist yet")
+        else:
+            jobs["slurm"] = lambda: collect_slurm(plan, runner, timeouts)
+    if "files" in layers:
+        jobs["files"] = lambda: collect_files(plan, root=root, secrets=secrets, timeouts=timeouts)
+    if "kubernetes" in layers:
+        if plan.kubernetes is None:
+            notes.append("kubernetes: the spec has no Kubernetes partition")
+        else:
+            jobs["kubernetes"] = lambda: collect_kubernetes(plan)
+
+    timings: dict[str, float] = {}
+    pool = ThreadPoolExecutor(max_workers=max(1, len(jobs)))
+    try:
+        started = time.monotonic()
+        futures: dict[str, Future[Any]] = {name: pool.submit(_timed, job) for name, job in jobs.items()}
+        for name, fut in futures.items():
+            limit = timeouts.layer(name) + timeouts.command  # the layer's own limits act first
+            try:
+                value, took = fut.result(timeout=max(0.0, started + limit - time.monotonic()))
+            except FutureTimeout:
+                errors.append(CheckError(name, name, f"{name}: no result within {limit:g}s"))
+                continue
+            except Exception as exc:  # noqa: BLE001 - any collector failure is a check error
+                errors.append(CheckError(name, name, f"{name}: {exc}"))
+                continue
+            timings[name] = took
+            log(f"{name}: collected in {took:.1f}s")
+            if name == "files":
+                value, files_notes = value
+                notes += files_notes
+            got[name] = value
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    return Observed(
+        slurm=got.get("slurm"),
+        files=got.get("files"),
+        nodes=got.get("nodes"),
+        kubernetes=got.get("kubernetes"),
+        errors=tuple(errors),
+        notes=tuple(notes),
+        timings=timings,
+    )
+
+
+def _timed(job: Callable[[], Any]) -> tuple[Any, float]:
+    t0 = time.monotonic()
+    value = job()
+    return value, time.monotonic() - t0

@@ -1,0 +1,552 @@
+"""``compare(plan, observed) -> DriftReport``: pure, so recorded observations test it.
+
+Each layer compares only what the compiler decided (the plan) with what was observed;
+fields railyard does not set (Slurm's CPULoad, a Kueue status) are never compared, so a
+healthy cluster reports nothing. Every finding names the host or object, what differs,
+expected and observed, and the command that restores it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from railyard.compiler import Plan
+from railyard.drift.model import UNREACHABLE, CheckError, DriftReport, Finding
+from railyard.drift.observed import (
+    FileChange,
+    FilesObservation,
+    KubernetesObservation,
+    NodesObservation,
+    Observed,
+    SlurmNode,
+    SlurmObservation,
+    UnitState,
+)
+from railyard.drift.slurm import time_seconds
+from railyard.hostlist import expand, fold
+
+# Node states in which a node runs jobs; flags that take it out of service or say why.
+IN_SERVICE = ("IDLE", "ALLOCATED", "MIXED", "COMPLETING")
+OUT_OF_SERVICE = (
+    "DOWN", "DRAIN", "DRAINING", "DRAINED", "FAIL", "FAILING", "NOT_RESPONDING", "NO_RESPOND",
+    "INVALID_REG", "INVAL", "UNKNOWN", "FUTURE", "POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN",
+    "POWERING_UP", "REBOOT_REQUESTED", "REBOOT_ISSUED",
+)
+
+
+def _is_lab(plan: Plan) -> bool:
+    return all(g.provision.driver == "podman" for g in plan.spec.nodes)
+
+
+class _Fix:
+    """The commands a fix names, for this stack."""
+
+    def __init__(self, plan: Plan, stack: str | None) -> None:
+        name = stack or ("lab" if _is_lab(plan) else "<stack>")
+        self.up = f"`railyard up --stack {name}`"
+        self.refresh = f"`railyard up --stack {name} --refresh`"
+
+    def role(self, role: str) -> str:
+        return f"{self.up} re-applies role {role}" if role else f"{self.up} restores it"
+
+
+def _line_counts(plan_only: int, host_only: int) -> str:
+    """``2 plan lines missing, 3 extra``; the host's file is the one that drifted."""
+    s = "s" if plan_only != 1 else ""
+    if plan_only and host_only:
+        return f"{plan_only} plan line{s} missing, {host_only} extra"
+    if plan_only:
+        return f"{plan_only} plan line{s} missing"
+    if host_only:
+        return f"{host_only} extra line{'s' if host_only != 1 else ''}"
+    return "whitespace only"
+
+
+def _hl(names: Iterable[str]) -> str:
+    names = list(names)
+    return fold(names) if names else "none"
+
+
+# --------------------------------------------------------------------------- nodes
+
+
+def compare_nodes(plan: Plan, obs: NodesObservation, fix: _Fix) -> list[Finding]:
+    out = []
+    planned = {n.name for n in plan.nodes}
+    for n in obs.nodes:
+        if n.name not in planned:
+            continue
+        what = {"podman": f"container {n.handle}", "redfish": f"BMC {n.handle}"}.get(n.driver, n.handle)
+        if not n.exists:
+            if n.driver == "redfish":
+                out.append(Finding("nodes", n.name, "missing", f"{n.name}: {what} has no such system ({n.detail})",
+                                   "check nodes[].provision.bmc (address, system_id) in the spec",
+                                   "exists", "missing"))
+            else:
+                out.append(Finding("nodes", n.name, "missing", f"{n.name}: {what} does not exist",
+                                   f"{fix.refresh} creates it again", "exists", "missing"))
+            continue
+        if n.power == "off":
+            verb = "starts it" if n.driver == "podman" else "powers it on"
+            state = f"{what} is not running ({n.detail})" if n.driver == "podman" else f"powered off ({what})"
+            out.append(Finding("nodes", n.name, "powered_off", f"{n.name}: {state}", f"{fix.refresh} {verb}",
+                               "on", n.power))
+            continue
+        if not n.reachable:
+            how = {
+                "podman": f"{what} is running but does not answer `podman exec`",
+                "ssh": f"does not answer over ssh ({n.handle})",
+                "redfish": f"{what} does not answer",
+            }.get(n.driver, "does not answer")
+            detail = f": {n.detail}" if n.detail and n.driver != "podman" else ""
+            out.append(Finding("nodes", n.name, UNREACHABLE, f"{n.name}: {how}{detail}",
+                               f"check the machine and its network; {fix.refresh} once it answers",
+                               "reachable", "unreachable"))
+            continue
+        out += [f for u in n.services if (f := _unit_finding(n.name, u, fix)) is not None]
+    return out
+
+
+ENABLED = ("enabled", "enabled-runtime", "static", "generated", "indirect", "alias", "linked")
+
+
+def _unit_finding(host: str, u: UnitState, fix: _Fix) -> Finding | None:
+    wants = "running" if u.want == "active" else "enabled"
+    observed = f"ActiveState={u.active} SubState={u.sub} UnitFileState={u.file_state} LoadState={u.load}"
+    by_role = f"{fix.up} re-applies role {u.role}" if u.role else fix.up
+
+    def finding(kind: str, message: str, hint: str) -> Finding:
+        return Finding("nodes", host, kind, message, hint, u.want, observed, role=u.role, path=u.unit)
+
+    if u.load == "not-found":
+        return finding("unit_missing", f"{host}: {u.unit} does not exist, the plan has it {wants}",
+                       by_role if u.role else f"{fix.up} installs it again")
+    if u.load == "masked" or u.file_state.startswith("masked"):
+        return finding("unit_masked", f"{host}: {u.unit} is masked, the plan has it {wants}",
+                       f"`systemctl unmask {u.unit}` on {host}, then {by_role}")
+    if u.want == "active" and u.active != "active":
+        state = f"{u.active} ({u.sub})" if u.sub else u.active or "not running"
+        return finding("unit_inactive", f"{host}: {u.unit} is {state}, the plan has it running",
+                       f"`systemctl start {u.unit}` on {host}, or {by_role}")
+    if u.file_state not in ENABLED:
+        return finding("unit_disabled",
+                       f"{host}: {u.unit} is {u.file_state or 'not enabled'} at boot, the plan has it enabled",
+                       f"`systemctl enable {u.unit}` on {host}, or {by_role}")
+    return None
+
+
+# --------------------------------------------------------------------------- files
+
+
+def _service_message(c: FileChange) -> str:
+    want = dict(x.split("=", 1) for x in c.expected if "=" in x)
+    have = dict(x.split("=", 1) for x in c.observed if "=" in x)
+    parts = []
+    state = want.get("state")
+    active = have.get("ActiveState")
+    if state in ("started", "restarted", "reloaded") and active != "active":
+        sub = f" ({have['SubState']})" if have.get("SubState") else ""
+        parts.append(f"is {active or 'not running'}{sub}, the plan has it started")
+    elif state == "stopped" and active == "active":
+        parts.append("is running, the plan has it stopped")
+    if want.get("enabled") in ("True", "true", "yes") and have.get("UnitFileState") not in (None, "enabled"):
+        parts.append(f"is {have['UnitFileState']} at boot, the plan has it enabled")
+    if not parts:
+        parts.append(f"would change ({', '.join(c.expected) or 'no details'})")
+    return f"{c.host}: service {c.path} " + "; ".join(parts)
+
+
+def _file_finding(c: FileChange, fix: _Fix) -> Finding:
+    f = fix.role(c.role)
+    exp, obs = "\n".join(c.expected), "\n".join(c.observed)
+    if c.change == "modified":
+        msg = f"{c.host}: {c.path} differs from the plan ({_line_counts(c.plan_only, c.host_only)})"
+        kind = "file_changed"
+    elif c.change == "created":
+        msg, kind = f"{c.host}: {c.path} is missing", "file_missing"
+    elif c.change == "removed":
+        msg, kind = f"{c.host}: {c.path} should not exist (the plan removes it)", "file_unexpected"
+    elif c.change == "attributes":
+        msg = f"{c.host}: {c.path} has {', '.join(c.observed) or '?'}, the plan has {', '.join(c.expected) or '?'}"
+        kind = "file_attributes"
+    elif c.change == "hidden":
+        msg = f"{c.host}: role {c.role} would change a secret (task '{c.task}'; no_log hides what)"
+        kind = "secret_changed"
+    elif c.change == "service":
+        msg, kind = _service_message(c), "service"
+    else:
+        detail = f": {c.observed[0]}" if c.observed else ""
+        msg, kind = f"{c.host}: role {c.role} would make a change (task '{c.task}'){detail}", "task_changed"
+    return Finding("files", c.host, kind, msg, f, exp, obs, role=c.role, path=c.path)
+
+
+def compare_files(obs: FilesObservation, fix: _Fix) -> tuple[list[Finding], list[CheckError]]:
+    findings = [_file_finding(c, fix) for c in obs.changes]
+    for u in obs.unreachable:
+        findings.append(Finding("files", u.host, UNREACHABLE,
+                                f"{u.host}: Ansible cannot reach it, so its files were not checked ({u.reason})",
+                                f"bring it back ({fix.refresh}), then check again", "reachable", "unreachable"))
+    errors = [
+        CheckError("files", f.host, f"{f.host}: role {f.role} failed in check mode at '{f.task}': {f.message}")
+        for f in obs.failures
+    ]
+    return findings, errors
+
+
+# --------------------------------------------------------------------------- slurm
+
+
+def _state_shown(node: SlurmNode) -> str:
+    bad = [t for t in node.state_tokens if t in OUT_OF_SERVICE]
+    return "+".join(bad)
+
+
+def _node_state_finding(node: SlurmNode, ctl: str, fix: _Fix) -> Finding | None:
+    shown = _state_shown(node)
+    tokens = node.state_tokens
+    if not shown and tokens and tokens[0] in IN_SERVICE:
+        return None
+    if not shown:
+        shown = node.state or "no state"
+    reason = f" (reason: '{node.reason}')" if node.reason else ""
+    msg = f"{node.name} is {shown}{reason}"
+    n = node.name
+    if "NOT_RESPONDING" in tokens or "NO_RESPOND" in tokens:
+        hint = (f"slurmd on {n} does not answer: `systemctl start slurmd` on {n} (or {fix.up}); "
+                f"ReturnToService=2 then puts it back in service")
+    elif "INVALID_REG" in tokens or "INVAL" in tokens:
+        hint = (f"{n} registered with other hardware than slurm.conf says: make the spec's hardware "
+                f"match the node (`slurmd -C` on {n}), {fix.up}, then "
+                f"`scontrol update nodename={n} state=resume`")
+    elif tokens and tokens[0] == "UNKNOWN" and not node.reason:
+        hint = f"slurmd on {n} has not registered since slurmctld started: `systemctl status slurmd` on {n}"
+    elif any(t.startswith("POWER") for t in tokens):
+        hint = f"power saving has it down; `scontrol update nodename={n} state=power_up` to bring it back"
+    else:
+        hint = f"`scontrol update nodename={n} state=resume` when it may run jobs again"
+    observed = node.state + (f" Reason={node.reason}" if node.reason else "")
+    return Finding("slurm", n, "node_state", msg, hint, "in service (IDLE, MIXED or ALLOCATED)", observed)
+
+
+def _hardware_findings(plan: Plan, node: SlurmNode, ctl: str, fix: _Fix) -> list[Finding]:
+    s = plan.slurm
+    assert s is not None
+    line = next((ln for ln in s.nodes if node.name in expand(ln.hostlist)), None)
+    if line is None:
+        return []
+    fields = (
+        ("CPUTot", line.cpus, node.cpus),
+        ("Sockets", line.sockets, node.sockets),
+        ("CoresPerSocket", line.cores_per_socket, node.cores_per_socket),
+        ("ThreadsPerCore", line.threads_per_core, node.threads_per_core),
+        ("RealMemory", line.real_memory, node.real_memory),
+        ("Gres", line.gres or "", node.gres),
+    )
+    out = []
+    for key, want, have in fields:
+        if have is None or want == have:
+            continue
+        out.append(Finding(
+            "slurm", node.name, "node_config",
+            f"{node.name}: Slurm has {key}={have or '(null)'}, the plan has {want or '(null)'}",
+            _restore_conf(fix, "slurm.conf", ctl), f"{key}={want}", f"{key}={have}",
+        ))
+    return out
+
+
+def _restore_conf(fix: _Fix, name: str, ctl: str) -> str:
+    return (f"{fix.up} restores {name} on {ctl}; if the file already matches, "
+            f"`systemctl restart slurmctld` on {ctl} loads it")
+
+
+def _partition_findings(plan: Plan, obs: SlurmObservation, ctl: str, fix: _Fix) -> list[Finding]:
+    s = plan.slurm
+    assert s is not None
+    out = []
+    have = {p.name: p for p in obs.partitions}
+    restore = _restore_conf(fix, "slurm.conf", ctl)
+    for want in s.partitions:
+        subject = f"partition/{want.name}"
+        p = have.get(want.name)
+        if p is None:
+            out.append(Finding("slurm", subject, "partition_missing",
+                               f"partition {want.name} is in the spec but not in Slurm", restore,
+                               want.name, "missing"))
+            continue
+        planned_nodes = expand(want.hostlist)
+        if set(planned_nodes) != set(p.nodes):
+            out.append(Finding("slurm", subject, "partition_nodes",
+                               f"partition {want.name} has nodes {want.hostlist} in the plan but "
+                               f"{_hl(p.nodes)} in Slurm", restore, want.hostlist, _hl(p.nodes)))
+        if p.default != want.default:
+            w, h = ("YES" if want.default else "NO"), ("YES" if p.default else "NO")
+            out.append(Finding("slurm", subject, "partition_config",
+                               f"partition {want.name}: Default={h} in Slurm, the plan has Default={w}", restore,
+                               f"Default={w}", f"Default={h}"))
+        for key, w, h in (("MaxTime", want.max_time, p.max_time), ("DefaultTime", want.default_time, p.default_time)):
+            if _times_differ(w, h):
+                out.append(Finding("slurm", subject, "partition_config",
+                                   f"partition {want.name}: {key}={h} in Slurm, the plan has {key}={w or 'NONE'}",
+                                   restore, f"{key}={w or 'NONE'}", f"{key}={h}"))
+        defaults = dict(p.job_defaults)
+        for key, w in (("DefCpuPerGPU", want.def_cpu_per_gpu), ("DefMemPerGPU", want.def_mem_per_gpu)):
+            h = defaults.get(key)
+            if (str(w) if w else None) != h:
+                out.append(Finding("slurm", subject, "partition_config",
+                                   f"partition {want.name}: {key}={h or 'unset'} in Slurm, the plan has "
+                                   f"{key}={w or 'unset'}", restore, f"{key}={w or 'unset'}",
+                                   f"{key}={h or 'unset'}"))
+        if p.state != "UP":
+            out.append(Finding("slurm", subject, "partition_state",
+                               f"partition {want.name} is {p.state}, the plan has it UP",
+                               f"`scontrol update partitionname={want.name} state=up`", "UP", p.state))
+    planned = {p.name for p in s.partitions}
+    for p in obs.partitions:
+        if p.name not in planned:
+            out.append(Finding("slurm", f"partition/{p.name}", "partition_unexpected",
+                               f"partition {p.name} is in Slurm but not in the spec",
+                               f"remove it from slurm.conf on {ctl} ({fix.up} restores the rendered file), "
+                               f"or add it to the spec", "absent", _hl(p.nodes)))
+    return out
+
+
+def _times_differ(want: str | None, have: str) -> bool:
+    """``24:00:00`` and ``1-00:00:00`` are the same limit; INFINITE, UNLIMITED and NONE are none."""
+    try:
+        return time_seconds(want) != time_seconds(have)
+    except ValueError:
+        return (want or "NONE") != have
+
+
+def _topology_findings(plan: Plan, obs: SlurmObservation, ctl: str, fix: _Fix) -> list[Finding]:
+    s = plan.slurm
+    assert s is not None
+    restore = _restore_conf(fix, "topology.conf" if s.topology_format != "yaml" else "topology.yaml", ctl)
+    out: list[Finding] = []
+    use_switches = s.topology_format == "tree" or (s.topology_format == "yaml" and s.yaml_default == "fabric")
+    use_blocks = s.topology_format == "block" or (s.topology_format == "yaml" and s.yaml_default == "nvlink")
+    want_switches = list(s.switches) if use_switches else []
+    want_blocks = list(s.blocks) if use_blocks else []
+    if not want_switches and not want_blocks:
+        if obs.switches or obs.blocks:
+            n = len(obs.switches) + len(obs.blocks)
+            out.append(Finding("slurm", "topology", "topology_unexpected",
+                               f"topology: Slurm has a topology ({n} switches or blocks) but the plan has none",
+                               restore, "none", f"{n} switches or blocks"))
+        return out
+    if want_switches and not obs.switches:
+        out.append(Finding("slurm", "topology", "topology_missing",
+                           f"topology: Slurm has no switches, the plan has {len(want_switches)} "
+                           f"(TopologyPlugin={s.topology_plugin or 'topology/tree'})", restore,
+                           f"{len(want_switches)} switches", "none"))
+        return out
+    if want_blocks and not obs.blocks:
+        out.append(Finding("slurm", "topology", "topology_missing",
+                           f"topology: Slurm has no blocks, the plan has {len(want_blocks)}", restore,
+                           f"{len(want_blocks)} blocks", "none"))
+        return out
+    link = plan.fabric.link_speed.rstrip("G") if plan.fabric else ""
+    have = {sw.name: sw for sw in obs.switches}
+    for want in want_switches:
+        sw = have.get(want.name)
+        if sw is None:
+            out.append(Finding("slurm", "topology", "switch_missing",
+                               f"topology: switch {want.name} is in the plan but not in Slurm", restore,
+                               want.name, "missing"))
+            continue
+        if want.nodes is not None and set(expand(want.nodes)) != set(sw.nodes):
+            out.append(Finding("slurm", "topology", "switch_nodes",
+                               f"topology: switch {want.name} has nodes {want.nodes} in the plan but "
+                               f"{_hl(sw.nodes)} in Slurm", restore, want.nodes, _hl(sw.nodes)))
+        want_children = expand(want.switches) if want.switches else []
+        if set(want_children) != set(sw.switches):
+            out.append(Finding("slurm", "topology", "switch_children",
+                               f"topology: switch {want.name} has switches {_hl(want_children)} in the plan but "
+                               f"{_hl(sw.switches)} in Slurm", restore, _hl(want_children), _hl(sw.switches)))
+        if link and sw.link_speed and sw.link_speed != link:
+            out.append(Finding("slurm", "topology", "switch_link_speed",
+                               f"topology: switch {want.name} has LinkSpeed={link} in the plan but "
+                               f"{sw.link_speed} in Slurm", restore, link, sw.link_speed))
+    planned = {sw.name for sw in want_switches}
+    for sw in obs.switches:
+        if sw.name not in planned:
+            out.append(Finding("slurm", "topology", "switch_unexpected",
+                               f"topology: switch {sw.name} is in Slurm but not in the plan", restore,
+                               "absent", _hl(sw.nodes or sw.switches)))
+    have_blocks = {b.name: b for b in obs.blocks}
+    for want in want_blocks:
+        b = have_blocks.get(want.name)
+        if b is None:
+            out.append(Finding("slurm", "topology", "block_missing",
+                               f"topology: block {want.name} is in the plan but not in Slurm", restore,
+                               want.name, "missing"))
+        elif set(expand(want.nodes)) != set(b.nodes):
+            out.append(Finding("slurm", "topology", "block_nodes",
+                               f"topology: block {want.name} has nodes {want.nodes} in the plan but "
+                               f"{_hl(b.nodes)} in Slurm", restore, want.nodes, _hl(b.nodes)))
+    planned_blocks = {b.name for b in want_blocks}
+    for b in obs.blocks:
+        if b.name not in planned_blocks:
+            out.append(Finding("slurm", "topology", "block_unexpected",
+                               f"topology: block {b.name} is in Slurm but not in the plan", restore,
+                               "absent", _hl(b.nodes)))
+    return out
+
+
+def compare_slurm(plan: Plan, obs: SlurmObservation, fix: _Fix) -> list[Finding]:
+    s = plan.slurm
+    if s is None:
+        return []
+    ctl = obs.controller
+    if obs.unreachable is not None:
+        return [Finding("slurm", ctl, UNREACHABLE,
+                        f"{ctl}: the Slurm controller does not answer, so Slurm was not checked "
+                        f"({obs.unreachable.reason})",
+                        f"bring it back ({fix.refresh}), then check again", "reachable", "unreachable")]
+    if obs.failure:
+        return [Finding("slurm", ctl, "controller_down", f"{ctl}: scontrol cannot get an answer from slurmctld "
+                        f"({obs.failure})", f"`systemctl status slurmctld` on {ctl}; start it, or {fix.up}",
+                        "slurmctld answering", obs.failure)]
+    out: list[Finding] = []
+    registered = {n.name: n for n in obs.nodes}
+    for name in s.compute:
+        node = registered.get(name)
+        if node is None:
+            out.append(Finding("slurm", name, "node_missing",
+                               f"{name} is in the spec but not registered in Slurm",
+                               _restore_conf(fix, "slurm.conf", ctl), "registered", "missing"))
+            continue
+        state = _node_state_finding(node, ctl, fix)
+        if state is not None:
+            out.append(state)
+        out += _hardware_findings(plan, node, ctl, fix)
+    planned = set(s.compute)
+    for node in obs.nodes:
+        if node.name in planned:
+            continue
+        if any(t.startswith("DYNAMIC") for t in node.state_tokens):
+            hint = f"`scontrol delete nodename={node.name}` (a dynamic node), or add it to the spec"
+        else:
+            hint = (f"remove it from slurm.conf on {ctl} ({fix.up} restores the rendered file), "
+                    f"or add it to the spec")
+        out.append(Finding("slurm", node.name, "node_unexpected",
+                           f"node {node.name} is registered in Slurm but not in the spec", hint,
+                           "absent", node.state))
+    out += _partition_findings(plan, obs, ctl, fix)
+    out += _topology_findings(plan, obs, ctl, fix)
+    return out
+
+
+# --------------------------------------------------------------------------- kubernetes
+
+_MISSING = object()
+
+
+def subset_diff(want: Any, have: Any, path: str = "") -> list[tuple[str, Any, Any]]:
+    """Where ``have`` differs from ``want``, looking only at what ``want`` sets.
+
+    Dicts compare key by key (extra keys in ``have`` are the API server's: defaults,
+    status); lists compare element by element and must have the same length; scalars
+    compare by value, ``2`` and ``"2"`` being the same quantity.
+    """
+    if isinstance(want, Mapping):
+        if not isinstance(have, Mapping):
+            return [(path, want, None if have is _MISSING else have)]
+        out = []
+        for key, value in want.items():
+            out += subset_diff(value, have.get(key, _MISSING), f"{path}.{key}" if path else str(key))
+        return out
+    if isinstance(want, (list, tuple)):
+        if not isinstance(have, (list, tuple)) or len(have) != len(want):
+            return [(path, want, None if have is _MISSING else have)]
+        out = []
+        for i, (w, h) in enumerate(zip(want, have)):
+            out += subset_diff(w, h, f"{path}[{i}]")
+        return out
+    if have is _MISSING:
+        return [(path, want, None)]
+    if want == have or str(want) == str(have):
+        return []
+    return [(path, want, have)]
+
+
+def _object_id(obj: Mapping[str, Any]) -> tuple[str, str, str]:
+    meta = obj.get("metadata") or {}
+    return str(obj.get("kind", "")), str(meta.get("namespace", "")), str(meta.get("name", ""))
+
+
+def _object_name(kind: str, namespace: str, name: str) -> str:
+    return f"{kind}/{namespace}/{name}" if namespace else f"{kind}/{name}"
+
+
+def compare_kubernetes(plan: Plan, obs: KubernetesObservation, fix: _Fix) -> list[Finding]:
+    k = plan.kubernetes
+    if k is None or not obs.deployed:
+        return []
+    out: list[Finding] = []
+    expected_nodes = [*k.control_plane, *k.workers]
+    for name in expected_nodes:
+        if name not in obs.labels:
+            out.append(Finding("kubernetes", name, "node_missing",
+                               f"{name} is in the spec but not registered in Kubernetes",
+                               f"`systemctl status kubelet` on {name}, or {fix.up}", "registered", "missing"))
+    for name, want in sorted(k.labels.items()):
+        have = obs.labels.get(name)
+        if have is None:
+            continue
+        for key, value in want.items():
+            if key not in have:
+                out.append(Finding("kubernetes", name, "label_missing",
+                                   f"{name}: label {key} is missing (the plan has '{value}')",
+                                   f"`kubectl label node {name} {key}={value}`, or {fix.up}", f"{key}={value}",
+                                   "missing"))
+            elif have[key] != value:
+                out.append(Finding("kubernetes", name, "label_value",
+                                   f"{name}: label {key} is '{have[key]}', the plan has '{value}'",
+                                   f"`kubectl label --overwrite node {name} {key}={value}`, or {fix.up}",
+                                   f"{key}={value}", f"{key}={have[key]}"))
+    for name in obs.labels:
+        if name not in expected_nodes:
+            out.append(Finding("kubernetes", name, "node_unexpected",
+                               f"node {name} is registered in Kubernetes but not in the spec",
+                               f"`kubectl delete node {name}`, or add it to the spec", "absent", "registered"))
+    have_objects = {_object_id(o): o for o in obs.objects}
+    for want in (*k.kueue, *k.volcano):
+        oid = _object_id(want)
+        subject = _object_name(*oid)
+        got = have_objects.get(oid)
+        if got is None:
+            out.append(Finding("kubernetes", subject, "object_missing", f"{subject} is in the plan but not in the cluster",
+                               f"{fix.up} creates it", "present", "missing"))
+            continue
+        for path, w, h in subset_diff({"spec": want.get("spec", {})}, got):
+            out.append(Finding("kubernetes", subject, "object_field",
+                               f"{subject}: {path} is {h!r} in the cluster, the plan has {w!r}",
+                               f"{fix.up} restores it", repr(w), repr(h)))
+    return out
+
+
+# --------------------------------------------------------------------------- all
+
+
+def compare(plan: Plan, observed: Observed, *, stack: str | None = None) -> DriftReport:
+    """Everything that differs between the plan and what was observed, sorted."""
+    fix = _Fix(plan, stack)
+    findings: list[Finding] = []
+    errors = list(observed.errors)
+    notes = list(observed.notes)
+    if observed.nodes is not None:
+        findings += compare_nodes(plan, observed.nodes, fix)
+    if observed.files is not None:
+        f, e = compare_files(observed.files, fix)
+        findings += f
+        errors += e
+    if observed.slurm is not None:
+        findings += compare_slurm(plan, observed.slurm, fix)
+    if observed.kubernetes is not None:
+        if plan.kubernetes is not None and not observed.kubernetes.deployed:
+            notes.append(f"kubernetes: not checked: {observed.kubernetes.reason or 'partition not deployed'}")
+        findings += compare_kubernetes(plan, observed.kubernetes, fix)
+    layers = set(observed.layers) | {e.layer for e in observed.errors}
+    return DriftReport(plan.name, tuple(layers), tuple(findings), tuple(errors), tuple(notes))

@@ -1,0 +1,252 @@
+"""The files layer, pure half: the check-mode playbook, and ansible-runner events -> changes.
+
+The collector runs every planned role with ``--check --diff`` in *one* ansible-playbook
+run, one play per role over the same inventory group the Pulumi Playbook resource uses,
+with the same variables at the same precedence (extravars). One run instead of one per
+role: facts are gathered once per host (``ANSIBLE_GATHERING=smart``), one process starts
+instead of ten. Each play has ``ignore_errors: true`` so a role that fails in check mode on
+a host does not hide the other roles on that host; the failure is reported, and whatever
+that role did after it on that host is not (it ran on a broken premise).
+
+Each changed task result becomes one :class:`FileChange` per host and path: what kind of
+change (a file that differs, is missing, should not be there, has other attributes; a
+service that would be started; a secret that would change), with the diff's line counts
+and a few of the differing lines, never the whole diff. Handlers are consequences of
+other changes, not drift: their results are ignored (ansible-runner marks a handler's
+``playbook_on_task_start`` with ``is_conditional: true``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from railyard.drift.observed import FileChange, TaskFailure, Unreachable
+
+SAMPLE_LINES = 3
+SAMPLE_WIDTH = 120
+MESSAGE_WIDTH = 400  # Ansible's error messages put the cause at the end
+SERVICE_MODULES = ("systemd", "systemd_service", "service", "sysvinit")
+PLAY_PREFIX = "railyard: "
+
+
+def check_playbook(plays: Iterable[tuple[str, str]]) -> str:
+    """One play per (role, inventory pattern), in order. JSON is YAML."""
+    out = [
+        {"name": f"{PLAY_PREFIX}{role}", "hosts": group, "roles": [role], "ignore_errors": True}
+        for role, group in plays
+    ]
+    return json.dumps(out, indent=1) + "\n"
+
+
+@dataclass(frozen=True)
+class EventSummary:
+    changes: tuple[FileChange, ...]
+    failures: tuple[TaskFailure, ...]
+    unreachable: tuple[Unreachable, ...]
+    seen: tuple[str, ...]  # hosts that reported at least one task result
+    finished: bool  # the run reached its recap (playbook_on_stats)
+
+
+def _clip(line: str, width: int = SAMPLE_WIDTH) -> str:
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def line_diff(before: str, after: str) -> tuple[int, int, tuple[str, ...], tuple[str, ...]]:
+    """(plan-only count, host-only count, sample of plan lines, sample of host lines).
+
+    ``before`` is the host's file, ``after`` what the role would write: the plan.
+    """
+    plan_only: list[str] = []
+    host_only: list[str] = []
+    for line in difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=0):
+        if line.startswith(("---", "+++", "@@")):
+            continue
+        if line.startswith("+"):
+            plan_only.append(line[1:])
+        elif line.startswith("-"):
+            host_only.append(line[1:])
+    return (
+        len(plan_only),
+        len(host_only),
+        tuple(_clip(x) for x in plan_only[:SAMPLE_LINES]),
+        tuple(_clip(x) for x in host_only[:SAMPLE_LINES]),
+    )
+
+
+def _module(data: dict[str, Any]) -> str:
+    return str(data.get("resolved_action") or data.get("task_action") or "")
+
+
+def _role(data: dict[str, Any]) -> str:
+    role = data.get("role") or ""
+    if not role:
+        play = str(data.get("play") or "")
+        role = play.removeprefix(PLAY_PREFIX) if play.startswith(PLAY_PREFIX) else ""
+    return str(role)
+
+
+def _path(res: dict[str, Any], diff: dict[str, Any] | None) -> str:
+    args = (res.get("invocation") or {}).get("module_args") or {}
+    for value in (res.get("dest"), res.get("path"), args.get("dest"), args.get("path")):
+        if value:
+            return str(value)
+    if diff is not None:
+        for key in ("before_header", "after_header"):
+            header = diff.get(key)
+            if isinstance(header, str) and header:
+                return header.removesuffix(" (content)")
+    return str(args.get("name") or res.get("name") or "")
+
+
+def _diffs(res: dict[str, Any]) -> list[dict[str, Any]]:
+    diff = res.get("diff")
+    if isinstance(diff, dict):
+        return [diff]
+    if isinstance(diff, list):
+        return [d for d in diff if isinstance(d, dict)]
+    return []
+
+
+def _attrs(before: dict[str, Any], after: dict[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    keys = [k for k in after if k != "path" and before.get(k) != after.get(k)]
+    keys += [k for k in before if k != "path" and k not in after and k not in keys]
+    return (
+        tuple(f"{k}={after[k]}" for k in keys if k in after),
+        tuple(f"{k}={before[k]}" for k in keys if k in before),
+    )
+
+
+def _changes_of(host: str, role: str, task: str, module: str, res: dict[str, Any]) -> list[FileChange]:
+    short = module.rsplit(".", 1)[-1]
+    if "censored" in res:
+        return [FileChange(host, role, task, "hidden", module=module)]
+    if short in SERVICE_MODULES:
+        args = (res.get("invocation") or {}).get("module_args") or {}
+        status = res.get("status") or {}
+        name = str(res.get("name") or args.get("name") or "")
+        wants = [f"{k}={args[k]}" for k in ("state", "enabled") if args.get(k) is not None]
+        actual = [f"{k}={status[k]}" for k in ("ActiveState", "SubState", "UnitFileState") if status.get(k)]
+        return [FileChange(host, role, task, "service", path=name, expected=tuple(wants),
+                           observed=tuple(actual), module=module)]
+    diffs = _diffs(res)
+    out: list[FileChange] = []
+    for d in diffs:
+        before, after = d.get("before"), d.get("after")
+        path = _path(res, d)
+        if isinstance(before, dict) and isinstance(after, dict):
+            b_state, a_state = before.get("state"), after.get("state")
+            if a_state == "absent" and b_state not in (None, "absent"):
+                out.append(FileChange(host, role, task, "removed", path, observed=(f"state={b_state}",),
+                                      module=module))
+            elif b_state == "absent" and a_state not in (None, "absent"):
+                out.append(FileChange(host, role, task, "created", path, expected=(f"state={a_state}",),
+                                      module=module))
+            else:
+                expected, observed = _attrs(before, after)
+                if expected or observed:
+                    out.append(FileChange(host, role, task, "attributes", path, expected=expected,
+                                          observed=observed, module=module))
+        elif isinstance(before, str) and isinstance(after, str):
+            if before == "" and not d.get("before_header"):
+                # The whole file is missing: its first lines (the generated header) say nothing.
+                plan_only = len(after.splitlines())
+                out.append(FileChange(host, role, task, "created", path, plan_only=plan_only, module=module))
+            elif before != after:
+                plan_only, host_only, exp, obs = line_diff(before, after)
+                out.append(FileChange(host, role, task, "modified", path, plan_only, host_only, exp, obs,
+                                      module=module))
+        elif d.get("prepared"):  # apt and friends: "The following NEW packages will be installed"
+            lines = [ln.strip() for ln in str(d["prepared"]).splitlines() if ln.strip()]
+            out.append(FileChange(host, role, task, "task", path="", observed=tuple(_clip(x) for x in
+                                                                                     lines[:SAMPLE_LINES]),
+                                  module=module))
+    if not out:
+        msg = str(res.get("msg") or "").strip()
+        out.append(FileChange(host, role, task, "task", path=_path(res, None) if diffs else "",
+                              observed=(_clip(msg.splitlines()[0]),) if msg else (), module=module))
+    return out
+
+
+def _first_line(text: Any) -> str:
+    lines = str(text or "").strip().splitlines()
+    return _clip(lines[0], MESSAGE_WIDTH) if lines else ""
+
+
+def _failure_message(res: dict[str, Any]) -> str:
+    return (_first_line(res.get("msg")) or _first_line(res.get("stderr")) or _first_line(res.get("reason"))
+            or "failed without a message")
+
+
+def unreachable_reason(res: dict[str, Any]) -> str:
+    """Ansible's first sentence, plus the connection's exit status when it gave one.
+
+    A deleted lab container reads "Failed to create temporary directory. In some cases,
+    ... exited with result 125": the first sentence and "exited with result 125" are the
+    parts that say what happened.
+    """
+    text = " ".join(str(res.get("msg") or "").split())
+    first = re.split(r"(?<=[.!?])\s", text, maxsplit=1)[0].rstrip(".") if text else "unreachable"
+    status = re.search(r"exited with result \d+", text)
+    if status and status.group(0) not in first:
+        first = f"{first}; {status.group(0)}"
+    return _clip(first)
+
+
+def summarize_events(events: Iterable[dict[str, Any]]) -> EventSummary:
+    """Changes, failures and unreachable hosts from one check-mode run's events, in order."""
+    changes: list[FileChange] = []
+    failures: list[TaskFailure] = []
+    unreachable: dict[str, Unreachable] = {}
+    seen: dict[str, None] = {}
+    broken: set[tuple[str, str]] = set()  # (host, role) after a failure in that role
+    handlers: set[str] = set()
+    in_handler = False  # the linear strategy sends a task's results before the next task starts
+    finished = False
+    for event in events:
+        kind = event.get("event", "")
+        data = event.get("event_data") or {}
+        if kind in ("playbook_on_task_start", "playbook_on_handler_task_start"):
+            # ansible-runner sends handlers as playbook_on_task_start with is_conditional=true
+            in_handler = kind == "playbook_on_handler_task_start" or data.get("is_conditional") is True
+            if in_handler and data.get("task_uuid"):
+                handlers.add(str(data["task_uuid"]))
+            continue
+        if kind == "playbook_on_play_start":
+            in_handler = False
+            continue
+        if kind == "playbook_on_stats":
+            finished = True
+            continue
+        if not kind.startswith("runner_"):
+            continue
+        host = str(data.get("host") or "")
+        if not host or kind in ("runner_on_start", "runner_on_file_diff"):
+            continue
+        seen.setdefault(host, None)
+        res = data.get("res") or {}
+        role, task, module = _role(data), str(data.get("task") or ""), _module(data)
+        if kind == "runner_on_unreachable":
+            unreachable.setdefault(host, Unreachable(host, unreachable_reason(res)))
+            continue
+        if in_handler or data.get("task_uuid") in handlers or (host, role) in broken:
+            continue
+        if kind in ("runner_on_failed", "runner_item_on_failed"):
+            failures.append(TaskFailure(host, role, task, _failure_message(res)))
+            broken.add((host, role))
+            continue
+        if kind not in ("runner_on_ok", "runner_item_on_ok"):
+            continue  # skipped, retries, async polls
+        if "results" in res:
+            continue  # a loop's summary: its items came as runner_item_on_ok
+        if "censored" in res:
+            changed = str(event.get("stdout") or "").lstrip().startswith("changed:")
+        else:
+            changed = bool(res.get("changed"))
+        if changed:
+            changes.extend(_changes_of(host, role, task, module, res))
+    return EventSummary(tuple(changes), tuple(failures), tuple(unreachable.values()), tuple(seen), finished)

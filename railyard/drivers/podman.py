@@ -1,0 +1,262 @@
+"""The lab driver: a node is a podman container running systemd, a network is a podman network.
+
+What this machine needs (found by trying, see DESIGN.md "The lab"):
+
+* ``--systemd=always`` with ``/sbin/init``: podman mounts /run, /tmp and the cgroup tree the
+  way systemd wants; runc works on this cgroup v1 hybrid host, crun does not.
+* ``--no-hosts`` and DNS names on the management network only: with podman's generated
+  /etc/hosts and a rail network attached, a node's name resolves to its rail address
+  first, and aardvark-dns answers with the rail address for peers on a shared rail.
+* rail networks are ``--internal --disable-dns``: the fabric shows in ``ip addr`` (``rail0``,
+  ``rail1``...) without taking part in naming or routing.
+* stand-in GPUs are ``--device /dev/null:/dev/nvidiaN``: a real, openable character device.
+
+Every container, network and volume carries ``railyard.cluster=<cluster>`` so
+:func:`cleanup` finds all of it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from railyard.drivers.base import DriverError, Log, NodeState, PodmanNode, quiet
+
+CLUSTER_LABEL = "railyard.cluster"
+NODE_LABEL = "railyard.node"
+CONFIG_LABEL = "railyard.config"
+BOOT_TIMEOUT = 90.0
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkSpec:
+    name: str
+    cluster: str
+    subnet: str = ""  # empty: podman picks a free one
+    gateway: str = ""
+    internal: bool = False
+    dns: bool = True
+
+
+# --------------------------------------------------------------------------- pure
+
+
+def config_hash(node: PodmanNode) -> str:
+    """Changes exactly when the container would be created differently."""
+    blob = json.dumps(asdict(node), sort_keys=True, default=list).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def run_args(node: PodmanNode) -> list[str]:
+    """The ``podman run`` arguments for a node (without ``podman run``)."""
+    args = [
+        "-d",
+        "--name", node.container,
+        "--hostname", node.name,
+        "--label", f"{CLUSTER_LABEL}={node.cluster}",
+        "--label", f"{NODE_LABEL}={node.name}",
+        "--label", f"{CONFIG_LABEL}={config_hash(node)}",
+        "--systemd=always",
+        "--no-hosts",
+    ]
+    for key, value in node.labels:
+        args += ["--label", f"{key}={value}"]
+    for att in node.attachments:
+        opts = [f"interface_name={att.interface}"]
+        if att.ip:
+            opts.append(f"ip={att.ip}")
+        opts += [f"alias={a}" for a in att.aliases]
+        args += ["--network", f"{att.network}:{','.join(opts)}"]
+    if node.privileged:
+        args.append("--privileged")
+    for dev in node.devices:
+        args += ["--device", f"/dev/null:{dev}:rwm"]
+    for vol in node.volumes:
+        args += ["--volume", f"{vol.name}:{vol.path}"]
+    return [*args, node.image, "/sbin/init"]
+
+
+def network_args(net: NetworkSpec) -> list[str]:
+    """The ``podman network create`` arguments (without ``podman network create``)."""
+    args = ["--label", f"{CLUSTER_LABEL}={net.cluster}"]
+    if net.subnet:
+        args += ["--subnet", net.subnet]
+    if net.gateway:
+        args += ["--gateway", net.gateway]
+    if net.internal:
+        args.append("--internal")
+    if not net.dns:
+        args.append("--disable-dns")
+    return [*args, net.name]
+
+
+# --------------------------------------------------------------------------- podman
+
+
+def _podman(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
+    if shutil.which("podman") is None:
+        raise DriverError("podman is not installed: run scripts/setup-podman.sh (as root) first")
+    proc = subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout, check=False)
+    if check and proc.returncode != 0:
+        raise DriverError(f"podman {' '.join(args[:2])} failed (exit {proc.returncode}): {proc.stderr.strip()}")
+    return proc
+
+
+def _inspect(kind: str, name: str) -> dict[str, Any] | None:
+    proc = _podman(kind, "inspect", "--format", "json", name, check=False)
+    if proc.returncode != 0:
+        return None
+    data = json.loads(proc.stdout or "[]")
+    return data[0] if data else None
+
+
+def _labels(info: dict[str, Any]) -> dict[str, str]:
+    """Containers say Config.Labels, volumes Labels, networks labels."""
+    return info.get("Labels") or info.get("labels") or (info.get("Config") or {}).get("Labels") or {}
+
+
+class PodmanDriver:
+    def observe(self, node: PodmanNode) -> NodeState:
+        info = _inspect("container", node.container)
+        if info is None:
+            return NodeState(exists=False, power="off", detail="no such container")
+        status = (info.get("State") or {}).get("Status", "unknown")
+        running = status == "running"
+        reachable = running and _podman("exec", node.container, "true", check=False, timeout=30).returncode == 0
+        return NodeState(
+            exists=True,
+            power="on" if running else "off",
+            reachable=reachable,
+            detail=status,
+            instance=info.get("Id", ""),
+        )
+
+    def ensure_up(self, node: PodmanNode, log: Log = quiet) -> NodeState:
+        info = _inspect("container", node.container)
+        if info is not None:
+            labels = _labels(info)
+            if labels.get(CLUSTER_LABEL) != node.cluster:
+                raise DriverError(
+                    f"container {node.container} exists but is not part of cluster {node.cluster} "
+                    f"(label {CLUSTER_LABEL}={labels.get(CLUSTER_LABEL)!r}); remove or rename it"
+                )
+            if labels.get(CONFIG_LABEL) != config_hash(node):
+                log(f"{node.container}: created with other settings; recreating it")
+                self.ensure_absent(node, log, keep_volumes=True)
+                info = None
+        if info is None:
+            self._ensure_image(node, log)
+            for vol in node.volumes:
+                if _inspect("volume", vol.name) is None:
+                    _podman("volume", "create", "--label", f"{CLUSTER_LABEL}={node.cluster}",
+                            "--label", f"{NODE_LABEL}={node.name}", vol.name)
+            log(f"{node.container}: podman run ({node.image})")
+            _podman("run", *run_args(node))
+        elif (info.get("State") or {}).get("Status") != "running":
+            log(f"{node.container}: starting the stopped container")
+            _podman("start", node.container)
+        self._wait_for_systemd(node, log)
+        return self.observe(node)
+
+    def ensure_absent(self, node: PodmanNode, log: Log = quiet, keep_volumes: bool = False) -> None:
+        if _inspect("container", node.container) is not None:
+            log(f"{node.container}: removing the container")
+            _podman("rm", "--force", "--time", "2", node.container)
+        if not keep_volumes:
+            for vol in node.volumes:
+                _podman("volume", "rm", "--force", vol.name, check=False)
+
+    @staticmethod
+    def _ensure_image(node: PodmanNode, log: Log) -> None:
+        if _podman("image", "exists", node.image, check=False).returncode == 0:
+            return
+        from railyard.lab.image import IMAGE_REF, ensure_image
+
+        if node.image != IMAGE_REF:
+            raise DriverError(f"image {node.image} not found; build or pull it first")
+        log(f"{node.image} missing: building it (railyard.lab.image, about a minute)")
+        ensure_image()
+
+    @staticmethod
+    def _wait_for_systemd(node: PodmanNode, log: Log, timeout: float = BOOT_TIMEOUT) -> None:
+        """Ansible's systemd and service tasks need PID 1 done booting."""
+        deadline = time.monotonic() + timeout
+        state = ""
+        while time.monotonic() < deadline:
+            proc = _podman("exec", node.container, "systemctl", "is-system-running", "--wait",
+                           check=False, timeout=timeout)
+            state = proc.stdout.strip()
+            if state in ("running", "degraded"):
+                if state == "degraded":
+                    log(f"{node.container}: systemd is degraded (a unit failed); continuing")
+                return
+            time.sleep(0.5)
+        raise DriverError(
+            f"{node.container}: systemd did not finish booting within {timeout:.0f}s (state {state!r}); "
+            f"see `podman logs {node.container}`"
+        )
+
+
+# --------------------------------------------------------------------------- networks
+
+
+def observe_network(name: str) -> dict[str, Any] | None:
+    return _inspect("network", name)
+
+
+def ensure_network(net: NetworkSpec, log: Log = quiet) -> dict[str, Any]:
+    info = observe_network(net.name)
+    if info is not None:
+        owner = _labels(info).get(CLUSTER_LABEL)
+        if owner != net.cluster:
+            raise DriverError(
+                f"podman network {net.name} exists but is not part of cluster {net.cluster} "
+                f"(label {CLUSTER_LABEL}={owner!r}); remove it or rename the cluster"
+            )
+        return info
+    log(f"podman network create {net.name}")
+    _podman("network", "create", *network_args(net))
+    created = observe_network(net.name)
+    assert created is not None
+    return created
+
+
+def remove_network(name: str, log: Log = quiet) -> None:
+    if observe_network(name) is None:
+        return
+    log(f"podman network rm {name}")
+    _podman("network", "rm", name)  # never --force: that would remove containers too
+
+
+def network_subnet(info: dict[str, Any]) -> str:
+    subnets = info.get("subnets") or []
+    return subnets[0].get("subnet", "") if subnets else ""
+
+
+# --------------------------------------------------------------------------- cleanup
+
+
+def labelled(kind: str, cluster: str) -> list[str]:
+    """Names of the containers, networks or volumes of a cluster."""
+    fmt = {"container": "{{.Names}}", "network": "{{.Name}}", "volume": "{{.Name}}"}[kind]
+    sub = ["ps", "-a"] if kind == "container" else [kind, "ls"]
+    proc = _podman(*sub, "--filter", f"label={CLUSTER_LABEL}={cluster}", "--format", fmt)
+    return sorted(line for line in proc.stdout.split() if line)
+
+
+def cleanup(cluster: str, log: Log = quiet) -> None:
+    """Remove everything labelled with the cluster: the lab's last resort, and the tests'."""
+    for name in labelled("container", cluster):
+        log(f"removing container {name}")
+        _podman("rm", "--force", "--time", "2", name)
+    for name in labelled("network", cluster):
+        log(f"removing network {name}")
+        _podman("network", "rm", name, check=False)
+    for name in labelled("volume", cluster):
+        log(f"removing volume {name}")
+        _podman("volume", "rm", "--force", name, check=False)

@@ -1,0 +1,244 @@
+"""enroot on a compute node: rendered config, shared directories, and how an unreachable
+package source fails (the lab's source is unreachable here, so the binary is not tested)."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import http.server
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = next(
+    p for p in Path(__file__).resolve().parents if (p / "tests/support/molecule.py").is_file()
+)
+_spec = importlib.util.spec_from_file_location(
+    "railyard_molecule", ROOT / "tests/support/molecule.py"
+)
+support = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = support  # dataclasses look their module up there
+_spec.loader.exec_module(support)
+
+VARIANT = os.environ.get("RAILYARD_MOLECULE_VARIANT", "lab")
+ARTIFACTS = support.artifacts_dir(VARIANT)
+SPEC = yaml.safe_load(support.LAB_SPEC.read_text())
+LAB_SOURCE = SPEC["partitions"]["slurm"]["enroot"]["package"]
+# testinfra's podman backend: a `podman exec` per check instead of an Ansible run (~1.5 s).
+testinfra_hosts = [
+    f"podman://{name}"
+    for name in yaml.safe_load(Path(os.environ["MOLECULE_INVENTORY_FILE"]).read_text())["all"][
+        "hosts"
+    ]
+]
+SHARED_DIRS = ["/run/enroot", "/var/lib/enroot/cache", "/var/lib/enroot/data"]
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def run_role(role: str, extra_vars: dict, tags: str, check: bool = True) -> dict:
+    """Run *role* (only *tags*, in check mode unless told) against the instance.
+
+    Returns the first failed task's name and message, and how many tasks changed. Check mode
+    and the install tag keep the instance as converge left it: the probes are read-only, and
+    the play stops before anything is installed.
+    """
+    playbook = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / f"{role}-source.yml"
+    playbook.write_text(
+        yaml.safe_dump([{"name": "source", "hosts": "all", "gather_facts": False, "roles": [role]}])
+    )
+    inventory = str(Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent)
+    out = subprocess.run(
+        [
+            "ansible-playbook",
+            "-i",
+            inventory,
+            *(["--check"] if check else []),
+            "--tags",
+            tags,
+            "-e",
+            json.dumps(extra_vars),
+            str(playbook),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"},
+    )
+    # Callbacks enabled in ansible.cfg (profile_tasks) print around the JSON document.
+    start = 0 if out.stdout.startswith("{") else out.stdout.index("\n{") + 1
+    result, _ = json.JSONDecoder().raw_decode(out.stdout, start)
+    changed = sum(s["changed"] for s in result["stats"].values())
+    for task in result["plays"][0]["tasks"]:
+        for res in task["hosts"].values():
+            if res.get("failed"):
+                return {
+                    "rc": out.returncode,
+                    "task": task["task"]["name"],
+                    "msg": res["msg"],
+                    "changed": changed,
+                }
+    return {"rc": out.returncode, "task": None, "msg": "", "changed": changed}
+
+
+def test_enroot_conf_is_the_rendered_one(host):
+    conf = host.file("/etc/enroot/enroot.conf")
+    assert conf.user == "root" and conf.mode == 0o644
+    assert conf.sha256sum == sha256(ARTIFACTS / "enroot" / "enroot.conf")
+
+
+@pytest.mark.parametrize("path", SHARED_DIRS)
+def test_shared_parent_directories(host, path):
+    d = host.file(path)
+    assert d.is_directory and d.user == "root"
+    assert d.mode == 0o1777, f"{path} must be world-writable and sticky, like /tmp"
+
+
+def test_runtime_directory_comes_back_at_boot(host):
+    """/run is a tmpfs: the tmpfiles.d entry must recreate /run/enroot."""
+    assert (
+        host.run("rm -rf /run/enroot && systemd-tmpfiles --create /etc/tmpfiles.d/enroot.conf").rc
+        == 0
+    )
+    d = host.file("/run/enroot")
+    assert d.is_directory and d.mode == 0o1777
+
+
+def test_enroot_runs(host):
+    if not host.exists("enroot"):
+        pytest.skip(
+            f"enroot is not installed: the lab's package source {LAB_SOURCE} is unreachable "
+            "here (GitHub releases only); config and directories are verified instead"
+        )
+    assert host.run("enroot version").rc == 0
+
+
+UNREACHABLE = {
+    "url": "https://github.com/NVIDIA/enroot/releases/download/v4.1.2/enroot_4.1.2-1_amd64.deb",
+    "path": LAB_SOURCE.get("path") or "/var/cache/railyard/packages/enroot_4.1.2-1_amd64.deb",
+    "apt": "enroot",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(UNREACHABLE))
+def test_unreachable_source_fails_clearly(kind):
+    value = UNREACHABLE[kind]
+    if kind == "path" and Path(value).exists():
+        pytest.skip(f"{value} exists on this controller: that source is reachable")
+    got = run_role(
+        "enroot",
+        {"enroot_package": {kind: value}, "enroot_package_required": True},
+        "enroot_install",
+    )
+    assert got["rc"] != 0, "the play must fail"
+    assert got["task"].endswith("Fail on an unreachable package source")
+    assert got["msg"].startswith(f"enroot: cannot install from package source '{kind} {value}'")
+    assert "enroot_package_required: false" in got["msg"]  # and says how to converge anyway
+
+
+# The install itself cannot run with the real package here, so it runs with a stand-in: a
+# .deb built by the test (labelled as such in its description) that depends on jq, one of
+# enroot's real dependencies, so apt must resolve it from the mirror.
+STANDIN = "railyard-package-standin"
+
+
+@pytest.fixture(scope="module")
+def standin_deb(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("standin")
+    pkg = root / "pkg"
+    (pkg / "DEBIAN").mkdir(parents=True)
+    (pkg / "usr/share/doc" / STANDIN).mkdir(parents=True)
+    (pkg / "usr/share/doc" / STANDIN / "README").write_text("stand-in payload, not enroot\n")
+    (pkg / "DEBIAN" / "control").write_text(
+        f"Package: {STANDIN}\nVersion: 1.0\nArchitecture: all\nDepends: jq\n"
+        "Maintainer: railyard tests <tests@railyard.invalid>\n"
+        "Description: stand-in payload for the package-source install path (not enroot)\n"
+    )
+    deb = root / "srv" / f"{STANDIN}_1.0_all.deb"
+    deb.parent.mkdir()
+    subprocess.run(
+        ["dpkg-deb", "--root-owner-group", "--build", str(pkg), str(deb)],
+        check=True,
+        capture_output=True,
+    )
+    return deb
+
+
+@pytest.fixture
+def fresh_standin(host):
+    """Each install test starts without the stand-in (jq, its dependency, stays: cached)."""
+    clean = f"apt-get purge -y {STANDIN}; rm -f /var/cache/railyard/packages/{STANDIN}_*"
+    host.run(clean)
+    yield
+    host.run(clean)
+
+
+def test_install_from_a_path_with_a_stand_in(host, standin_deb, fresh_standin):
+    """path source: copied from the controller, installed with its dependencies, and a second
+    run changes nothing."""
+    source = {"enroot_package": {"path": str(standin_deb)}, "enroot_package_required": True}
+    first = run_role("enroot", source, "enroot_install", check=False)
+    assert first["rc"] == 0, first
+    assert host.package(STANDIN).is_installed and host.package("jq").is_installed
+    again = run_role("enroot", source, "enroot_install", check=False)
+    assert again["rc"] == 0 and again["changed"] == 0, again
+
+
+def test_install_from_a_url_with_a_stand_in(host, standin_deb, fresh_standin):
+    """url source: probed and fetched by the node from an HTTP server on the podman gateway."""
+    gw = subprocess.run(
+        [
+            "podman",
+            "network",
+            "inspect",
+            os.environ.get("RAILYARD_MOLECULE_NETWORK", "railyard-molecule"),
+            "--format",
+            "{{range .Subnets}}{{.Gateway}}{{end}}",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    handler = functools.partial(
+        http.server.SimpleHTTPRequestHandler, directory=str(standin_deb.parent)
+    )
+    server = http.server.ThreadingHTTPServer((gw, 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://{gw}:{server.server_port}/{standin_deb.name}"
+        got = run_role(
+            "enroot",
+            {"enroot_package": {"url": url}, "enroot_package_required": True},
+            "enroot_install",
+            check=False,
+        )
+    finally:
+        server.shutdown()
+    assert got["rc"] == 0, got
+    assert host.package(STANDIN).is_installed
+    assert host.file(f"/var/cache/railyard/packages/{standin_deb.name}").exists
+
+
+def test_install_from_apt_with_a_stand_in(host):
+    """apt source: looked up in the node's repositories and installed (tree stands in)."""
+    host.run("apt-get purge -y tree")
+    got = run_role(
+        "enroot",
+        {"enroot_package": {"apt": "tree"}, "enroot_package_required": True},
+        "enroot_install",
+        check=False,
+    )
+    installed = host.package("tree").is_installed
+    host.run("apt-get purge -y tree")
+    assert got["rc"] == 0, got
+    assert installed and got["changed"] > 0

@@ -1,0 +1,117 @@
+"""NFS client: the plan's mount units installed as rendered, verified and enabled; the
+kernel mount is skipped with its reason where the kernel has no NFS (as here)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = next(
+    p for p in Path(__file__).resolve().parents if (p / "tests/support/molecule.py").is_file()
+)
+_spec = importlib.util.spec_from_file_location(
+    "railyard_molecule", ROOT / "tests/support/molecule.py"
+)
+support = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = support  # dataclasses look their module up there
+_spec.loader.exec_module(support)
+
+VARIANT = os.environ.get("RAILYARD_MOLECULE_VARIANT", "lab")
+ARTIFACTS = support.artifacts_dir(VARIANT)
+UNITS = {
+    p.name: dict(line.split("=", 1) for line in p.read_text().splitlines() if "=" in line)
+    for p in sorted((ARTIFACTS / "storage" / "units").glob("*.mount"))
+    if "Type=nfs" in p.read_text().splitlines()
+}
+
+# testinfra's podman backend: a `podman exec` per check instead of an Ansible run (~1.5 s).
+testinfra_hosts = [
+    f"podman://{name}"
+    for name in yaml.safe_load(Path(os.environ["MOLECULE_INVENTORY_FILE"]).read_text())["all"][
+        "hosts"
+    ]
+]
+
+
+def kernel_has_nfs(host) -> bool:
+    return bool({"nfs", "nfs4"} & set(host.file("/proc/filesystems").content_string.split()))
+
+
+def test_nfs_common(host):
+    assert host.package("nfs-common").is_installed
+    assert host.file("/sbin/mount.nfs").exists
+
+
+@pytest.mark.parametrize("unit", sorted(UNITS))
+def test_unit_is_the_rendered_one_and_enabled(host, unit):
+    f = host.file(f"/etc/systemd/system/{unit}")
+    assert f.user == "root" and f.mode == 0o644
+    assert f.content_string == (ARTIFACTS / "storage" / "units" / unit).read_text()
+    assert host.service(unit).is_enabled
+
+
+@pytest.mark.parametrize("unit", sorted(UNITS))
+def test_unit_verifies(host, unit):
+    got = host.run(f"systemd-analyze verify /etc/systemd/system/{unit}")
+    assert got.rc == 0, got.stderr
+    fields = UNITS[unit]
+    tab = f"{fields['What']} {fields['Where']} {fields['Type']} {fields['Options']} 0 0"
+    got = host.run(
+        f"t=$(mktemp) && printf '%s\\n' '{tab}' > $t && findmnt --verify --tab-file $t; "
+        "rc=$?; rm -f $t; exit $rc"
+    )
+    assert got.rc == 0, got.stdout + got.stderr
+    assert host.file(fields["Where"]).is_directory
+
+
+@pytest.mark.parametrize("unit", sorted(UNITS))
+def test_mounted(host, unit):
+    if not kernel_has_nfs(host):
+        pytest.skip(
+            f"{unit} not mounted: this kernel has no NFS client (nfs not in "
+            "/proc/filesystems); the unit is installed, verified and enabled instead"
+        )
+    assert host.mount_point(UNITS[unit]["Where"]).exists
+
+
+def test_unknown_unit_fails_early():
+    """A unit name the compiler did not render stops the play in preflight, named."""
+    playbook = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "nfs_client-units.yml"
+    playbook.write_text(
+        yaml.safe_dump(
+            [{"name": "units", "hosts": "all", "gather_facts": False, "roles": ["nfs_client"]}]
+        )
+    )
+    out = subprocess.run(
+        [
+            "ansible-playbook",
+            "-i",
+            str(Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent),
+            "--check",
+            "--tags",
+            "nfs_client_install",
+            "-e",
+            json.dumps({"nfs_client_units": ["nope.mount"]}),
+            str(playbook),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"},
+    )
+    assert out.returncode != 0
+    start = 0 if out.stdout.startswith("{") else out.stdout.index("\n{") + 1
+    result, _ = json.JSONDecoder().raw_decode(out.stdout, start)
+    failed = [
+        r for t in result["plays"][0]["tasks"] for r in t["hosts"].values() if r.get("failed")
+    ]
+    msgs = [i.get("msg", "") for r in failed for i in r.get("results", [r]) if i.get("failed")]
+    assert any("storage/units/nope.mount does not exist" in m for m in msgs), msgs

@@ -1,0 +1,144 @@
+"""The role table and the playbook planning: pure, no Ansible run."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from railyard.deploy.playbooks import (
+    STEPS,
+    Progress,
+    changed_hosts,
+    group_hosts,
+    plan_playbooks,
+    playbook_yaml,
+    podman_overrides,
+)
+from railyard.render import render
+from railyard.spec import load_plan
+from tests.conftest import ROOT
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    for step in STEPS:
+        (tmp_path / "roles" / step.role / "tasks").mkdir(parents=True)
+        (tmp_path / "roles" / step.role / "tasks" / "main.yml").write_text("[]\n")
+    shutil.copy(ROOT / "ansible.cfg", tmp_path / "ansible.cfg")
+    return tmp_path
+
+
+def test_table_is_in_dependency_order() -> None:
+    seen: set[str] = set()
+    components = ["fabric", "storage", "slurm", "kubernetes"]
+    for step in STEPS:
+        assert set(step.after) <= seen, f"{step.role} waits for a later step"
+        seen.add(step.role)
+        for dep in step.after:
+            dep_comp = next(s.component for s in STEPS if s.role == dep)
+            assert components.index(dep_comp) <= components.index(step.component)
+
+
+def test_groups(lab_plan) -> None:
+    assert group_hosts(lab_plan, "slurm") == ("ctl1", "login1", "gpu001", "gpu002", "gpu003", "gpu004")
+    assert group_hosts(lab_plan, "slurm_compute:slurm_login") == ("gpu001", "gpu002", "gpu003", "gpu004", "login1")
+    assert len(group_hosts(lab_plan, "all")) == 10
+    assert group_hosts(lab_plan, "no_such_group") == ()
+
+
+def test_a_change_reruns_exactly_the_roles_that_read_it(lab_plan, root: Path) -> None:
+    artifacts = render(lab_plan)
+    before = {p.role: p.digest for p in plan_playbooks(lab_plan, root, artifacts)[0]}
+    changed = dict(artifacts)
+    changed["slurm/slurm.conf"] += "# edited\n"
+    after = {p.role: p.digest for p in plan_playbooks(lab_plan, root, changed)[0]}
+    assert {r for r in before if before[r] != after[r]} == {"slurm_controller", "slurm_compute", "slurm_login"}
+    tests = root / "roles" / "munge" / "molecule" / "default"
+    tests.mkdir(parents=True)
+    (tests / "verify.yml").write_text("[]\n")  # a role's tests never reach a host
+    assert {p.role: p.digest for p in plan_playbooks(lab_plan, root, artifacts)[0]} == before
+    (root / "roles" / "munge" / "tasks" / "main.yml").write_text("[] # edited\n")
+    again = {p.role: p.digest for p in plan_playbooks(lab_plan, root, artifacts)[0]}
+    assert {r for r in before if before[r] != again[r]} == {"munge"}
+
+
+def test_lab_packages_are_optional(lab_plan, root: Path) -> None:
+    planned = {p.role: p for p in plan_playbooks(lab_plan, root, render(lab_plan))[0]}
+    assert planned["enroot"].vars["enroot_package"] == {"path": "/var/cache/railyard/packages/enroot_4.1.2-1_amd64.deb"}
+    assert planned["enroot"].vars["enroot_package_required"] is False
+    assert planned["lustre_client"].vars["lustre_client_package_required"] is False
+    dgx = load_plan(ROOT / "inventories" / "dgx-h100" / "cluster.yaml")
+    dgx_planned = {p.role: p for p in plan_playbooks(dgx, root, render(dgx))[0]}
+    assert dgx_planned["enroot"].vars["enroot_package_required"] is True
+
+
+def test_unwritten_roles_are_noted(lab_plan, root: Path) -> None:
+    shutil.rmtree(root / "roles" / "slurm_controller")
+    planned, notes = plan_playbooks(lab_plan, root, render(lab_plan))
+    assert notes == ["role slurm_controller skipped: roles/slurm_controller/tasks/main.yml does not exist yet"]
+    by_role = {p.role: p for p in planned}
+    assert set(by_role["slurm_compute"].after) == {"munge", "nfs_client", "lustre_client", "enroot"}
+
+
+def test_playbook_is_one_play() -> None:
+    import yaml
+
+    assert yaml.safe_load(playbook_yaml("slurm", ["munge"])) == [
+        {"name": "railyard: munge", "hosts": "slurm", "gather_facts": False, "strategy": "free", "roles": ["munge"]}
+    ]
+
+
+def test_podman_hosts_move_to_the_pipelining_connection(lab_plan) -> None:
+    import json
+
+    inventory = json.loads(render(lab_plan)["ansible/inventory.json"])
+    moved = podman_overrides(inventory)["all"]["hosts"]
+    assert len(moved) == 10 and moved["ctl1"] == {"ansible_connection": "podman"}
+    dgx = load_plan(ROOT / "inventories" / "dgx-h100" / "cluster.yaml")
+    assert podman_overrides(json.loads(render(dgx)["ansible/inventory.json"])) == {}
+
+
+def test_changed_hosts() -> None:
+    olds = {"hosts": ["a", "b"], "instances": {"a": "1", "b": "2"}}
+    assert changed_hosts(olds, {"hosts": ["a", "b"], "instances": {"a": "1", "b": "3"}}) == ["b"]
+    assert changed_hosts(olds, {"hosts": ["a", "b", "c"], "instances": {"a": "1", "b": "2", "c": "4"}}) == ["c"]
+    assert changed_hosts(olds, {"hosts": ["a"], "instances": {"a": "1"}}) == []
+
+
+def _event(kind: str, host: str = "", task: str = "", role: str = "", **res) -> dict:
+    return {"event": kind, "event_data": {"host": host, "task": task, "role": role, "res": res}}
+
+
+def test_progress_lines() -> None:
+    p = Progress()
+    assert p.feed(_event("playbook_on_task_start", task="Install", role="munge")) == [
+        ("status", "TASK [munge : Install]")
+    ]
+    assert p.feed(_event("runner_on_ok", "gpu001", "Install", "munge", changed=True))[0][0] == "status"
+    p.feed(_event("runner_on_ok", "gpu002", "Install", "munge", changed=True))
+    p.feed(_event("runner_on_ok", "ctl1", "Install", "munge", changed=False))
+    assert p.feed(_event("playbook_on_task_start", task="Start", role="munge")) == [
+        ("status", "TASK [munge : Start]")
+    ]
+    failed = p.feed(_event("runner_on_failed", "ctl1", "Start", "munge", msg="unit munge.service not found\nmore"))
+    assert failed == [("info", "FAILED: [ctl1] munge : Start: unit munge.service not found")]
+    stats = {"event": "playbook_on_stats", "event_data": {
+        "ok": {"gpu001": 2, "gpu002": 2, "ctl1": 1}, "changed": {"gpu001": 1, "gpu002": 1}, "failures": {"ctl1": 1},
+    }}
+    assert p.feed(stats) == [
+        ("info", "changed: munge : Install on gpu[001-002]"),
+        ("info", "recap: 3 hosts, ok=5 changed=2 failed=1 unreachable=0; changed on gpu[001-002]; FAILED on ctl1"),
+    ]
+
+
+def test_progress_never_shows_module_arguments() -> None:
+    p = Progress()
+    lines = p.feed({"event": "runner_on_failed", "event_data": {
+        "host": "ctl1", "task": "Install the key", "role": "munge",
+        "res": {"msg": "the output has been hidden due to the fact that 'no_log: true' was specified",
+                "invocation": {"module_args": {"content": "SECRET"}}},
+    }})
+    assert "SECRET" not in repr(lines)
+

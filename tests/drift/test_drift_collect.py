@@ -1,0 +1,305 @@
+"""Collectors with a recorded runner: no containers, no controller; the wiring and the edges."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from railyard import exitcodes
+from railyard.drift import collect as C
+from railyard.drift import compare
+from railyard.drift.collect import (
+    FilesRun,
+    HostUnreachable,
+    PlanRunner,
+    Result,
+    Timeouts,
+    collect,
+    collect_nodes,
+    collect_slurm,
+    expected_units,
+    parse_systemctl_show,
+    prepare_files,
+    run_check_mode,
+    secrets_from_deployment,
+    systemctl_show_argv,
+)
+from railyard.drift.files import check_playbook, summarize_events
+from railyard.drift.observed import Observed, UnitState
+from railyard.drivers import NodeState
+from tests.drift.recorded import FIX, slurm_obs, slurm_text
+
+ALL_ROLES = ["munge", "slurm_controller", "slurm_compute", "nfs_client"]
+
+
+class RecordedRunner:
+    """Answers from a table of (host, argv) -> Result | Exception; records what was asked."""
+
+    def __init__(self, answers: dict[tuple[str, tuple[str, ...]], Result | Exception],
+                 default: Result | Exception | None = None) -> None:
+        self.answers = answers
+        self.default = default
+        self.calls: list[tuple[str, tuple[str, ...]]] = []
+
+    def run(self, host: str, argv: Sequence[str], timeout: float) -> Result:
+        key = (host, tuple(argv))
+        self.calls.append(key)
+        answer = self.answers.get(key, self.default)
+        if answer is None:
+            raise AssertionError(f"unexpected command on {host}: {argv}")
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def scontrol(case_topology="clean", case_nodes="clean", case_partitions="clean", host="ctl1"):
+    return {
+        (host, ("scontrol", "show", "topology")): Result(0, slurm_text(case_topology, "show_topology"), ""),
+        (host, ("scontrol", "show", "node")): Result(0, slurm_text(case_nodes, "show_node"), ""),
+        (host, ("scontrol", "show", "partition")): Result(0, slurm_text(case_partitions, "show_partition"), ""),
+    }
+
+
+# --------------------------------------------------------------------------- slurm
+
+
+def test_slurm_from_the_controller(lab_plan):
+    obs = collect_slurm(lab_plan, RecordedRunner(scontrol()))
+    assert obs == slurm_obs()
+    assert compare(lab_plan, Observed(slurm=obs)).exit_code == exitcodes.OK
+
+
+def test_slurm_without_topology_plugin(lab_plan):
+    answers = scontrol()
+    stderr = slurm_text("no_topology", "show_topology_stderr")
+    answers[("ctl1", ("scontrol", "show", "topology"))] = Result(0, "", stderr)
+    obs = collect_slurm(lab_plan, RecordedRunner(answers))
+    assert obs.switches == () and obs.failure == ""
+
+
+def test_slurm_controller_unreachable(lab_plan):
+    obs = collect_slurm(lab_plan, RecordedRunner({}, default=HostUnreachable("no such container")))
+    assert obs.unreachable is not None
+    assert (obs.controller, obs.unreachable.reason) == ("ctl1", "no such container")
+
+
+def test_slurmctld_down_and_scontrol_missing(lab_plan):
+    answers = scontrol()
+    answers[("ctl1", ("scontrol", "show", "node"))] = Result(
+        1, "", "slurm_load_node error: Unable to contact slurm controller (connect failure)\n")
+    obs = collect_slurm(lab_plan, RecordedRunner(answers))
+    assert obs.failure == "slurm_load_node error: Unable to contact slurm controller (connect failure)"
+    missing = collect_slurm(lab_plan, RecordedRunner({}, default=Result(127, "", "exec: scontrol: not found")))
+    assert missing.failure == "scontrol is not installed on ctl1"
+
+
+# --------------------------------------------------------------------------- nodes
+
+
+def test_expected_units_follow_the_roles_that_exist(lab_plan):
+    units = expected_units(lab_plan, ALL_ROLES)
+    munge, mount = ("munge.service", "active", "munge"), ("shared.mount", "enabled", "nfs_client")
+    assert units["gpu001"] == (munge, ("slurmd.service", "active", "slurm_compute"), mount)
+    assert units["ctl1"] == (munge, ("slurmctld.service", "active", "slurm_controller"), mount)
+    assert units["login1"] == (munge, mount)
+    assert units["kw1"] == (mount,)
+    assert "nfs1" not in units  # the server does not mount its own export
+    assert expected_units(lab_plan, []) == {}
+    assert expected_units(lab_plan, ["slurm_compute"]) == {
+        f"gpu00{i}": (("slurmd.service", "active", "slurm_compute"),) for i in range(1, 5)}
+
+
+WANTED = (("munge.service", "active"), ("slurmd.service", "active"), ("shared.mount", "enabled"))
+
+
+def test_systemctl_show_recorded_on_a_live_node():
+    clean = parse_systemctl_show(WANTED, (FIX / "live" / "systemctl_show.clean.txt").read_text())
+    assert clean == (
+        UnitState("munge.service", "active", "active", "running", "enabled", "loaded"),
+        UnitState("slurmd.service", "active", "active", "running", "enabled", "loaded"),
+        UnitState("shared.mount", "enabled", "inactive", "dead", "enabled", "loaded"),
+    )
+    stopped = parse_systemctl_show(WANTED, (FIX / "live" / "systemctl_show.slurmd_stopped.txt").read_text())
+    assert stopped[1] == UnitState("slurmd.service", "active", "inactive", "dead", "enabled", "loaded")
+    removed = parse_systemctl_show(WANTED, (FIX / "live" / "systemctl_show.mount_removed.txt").read_text())
+    assert removed[2] == UnitState("shared.mount", "enabled", "inactive", "dead", "", "not-found")
+    assert parse_systemctl_show([("x.service", "active")], "") == (UnitState("x.service", "active", load="not-found"),)
+
+
+class FakeDriver:
+    def __init__(self, states: dict[str, NodeState]) -> None:
+        self.states = states
+
+    def observe(self, node):
+        return self.states.get(node.name, NodeState(exists=True, power="on", reachable=True, detail="running"))
+
+
+def _roles_root(tmp_path: Path, roles: Sequence[str]) -> Path:
+    for role in roles:
+        (tmp_path / "roles" / role / "tasks").mkdir(parents=True)
+        (tmp_path / "roles" / role / "tasks" / "main.yml").write_text("---\n[]\n")
+    return tmp_path
+
+
+def test_nodes_driver_state_and_units(lab_plan, tmp_path, monkeypatch):
+    states = {"gpu004": NodeState(exists=False, power="off", detail="no such container")}
+    monkeypatch.setattr("railyard.drivers.driver_for", lambda spec: FakeDriver(states))
+    show = systemctl_show_argv(["slurmd.service"])
+    running = Result(0, "Id=slurmd.service\nLoadState=loaded\nActiveState=active\nSubState=running\n"
+                        "UnitFileState=enabled\n", "")
+    stopped = Result(0, (FIX / "live" / "systemctl_show.slurmd_stopped.txt").read_text(), "")
+    runner = RecordedRunner({("gpu003", tuple(show)): stopped}, default=running)
+    obs = collect_nodes(lab_plan, runner, root=_roles_root(tmp_path, ["slurm_compute"]))
+    by = {n.name: n for n in obs.nodes}
+    assert [n.name for n in obs.nodes] == [n.name for n in lab_plan.nodes]
+    assert (by["gpu004"].exists, by["gpu004"].services) == (False, ())
+    assert by["gpu003"].services == (
+        UnitState("slurmd.service", "active", "inactive", "dead", "enabled", "loaded", "slurm_compute"),)
+    assert by["ctl1"].services == ()  # no units expected there with only slurm_compute
+    assert by["gpu001"].handle == "railyard-lab-gpu001"
+    assert ("gpu001", ("systemctl", "show", "-p", "Id,LoadState,ActiveState,SubState,UnitFileState",
+                       "slurmd.service")) in runner.calls
+    report = compare(lab_plan, Observed(nodes=obs))
+    assert [f.message for f in report.findings] == [
+        "gpu003: slurmd.service is inactive (dead), the plan has it running",
+        "gpu004: container railyard-lab-gpu004 does not exist",
+    ]
+
+
+def test_nodes_exec_failing_means_unreachable(lab_plan, tmp_path, monkeypatch):
+    monkeypatch.setattr("railyard.drivers.driver_for", lambda spec: FakeDriver({}))
+    runner = RecordedRunner({}, default=HostUnreachable("no answer within 30s"))
+    obs = collect_nodes(lab_plan, runner, root=_roles_root(tmp_path, ["munge"]))
+    gpu = next(n for n in obs.nodes if n.name == "gpu001")
+    assert (gpu.reachable, gpu.detail) == (False, "no answer within 30s")
+    assert compare(lab_plan, Observed(nodes=obs)).unreachable == ("ctl1", "gpu001", "gpu002", "gpu003", "gpu004",
+                                                                  "login1")
+
+
+# --------------------------------------------------------------------------- runner
+
+
+def test_plan_runner_podman_exec(lab_plan, monkeypatch):
+    seen = []
+
+    def fake_run(cmd, **kw):
+        seen.append(cmd)
+        if cmd[2] == "railyard-lab-gpu004":
+            return subprocess.CompletedProcess(cmd, 125, "", 'Error: no container with name or ID '
+                                               '"railyard-lab-gpu004" found: no such container\n')
+        if cmd[2] == "railyard-lab-gpu003":
+            raise subprocess.TimeoutExpired(cmd, kw["timeout"])
+        return subprocess.CompletedProcess(cmd, 3, "inactive\n", "")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    runner = PlanRunner(lab_plan)
+    assert runner.run("gpu001", ["systemctl", "is-active", "x"], 5) == Result(3, "inactive\n", "")
+    assert seen[0] == ["podman", "exec", "railyard-lab-gpu001", "systemctl", "is-active", "x"]
+    with pytest.raises(HostUnreachable, match="no such container"):
+        runner.run("gpu004", ["true"], 5)
+    with pytest.raises(HostUnreachable, match="no answer within 5s"):
+        runner.run("gpu003", ["true"], 5)
+    with pytest.raises(HostUnreachable, match="not in the spec"):
+        runner.run("gpu999", ["true"], 5)
+
+
+# --------------------------------------------------------------------------- files
+
+
+def test_prepare_files_plans_what_pulumi_plans(lab_plan, tmp_path):
+    root = _roles_root(tmp_path, ["common", "munge", "slurm_compute", "enroot"])
+    run = prepare_files(lab_plan, root, secrets={})
+    assert run.roles == ("common", "enroot", "slurm_compute")  # STEPS order; munge needs its key
+    assert json.loads(run.playbook)[0] == {"name": "railyard: common", "hosts": "all", "roles": ["common"],
+                                           "ignore_errors": True}
+    from railyard.deploy.playbooks import STEPS
+
+    (munge_var,) = [var for step in STEPS if step.role == "munge" for var, _name in step.secrets]
+    assert munge_var not in run.extravars
+    assert run.extravars["enroot_package_required"] is False  # the lab: ROLE_VARS as Pulumi passes them
+    assert Path(run.inventory).is_file() and run.inventory.endswith("/ansible/inventory.json")
+    assert any(n.startswith("role munge not checked: it needs the munge secret") for n in run.notes)
+    assert any(n.startswith("role nfs_server skipped:") for n in run.notes)
+    with_key = prepare_files(lab_plan, root, secrets={"munge": "a2V5"})
+    assert "munge" in with_key.roles and with_key.extravars[munge_var] == "a2V5"  # as Pulumi passes it
+
+
+def test_check_mode_for_real_on_localhost(tmp_path):
+    """One real ansible-runner run (local connection, no container): the whole files path."""
+    (tmp_path / "ansible.cfg").write_text("[defaults]\nhost_key_checking = False\n")
+    role = tmp_path / "roles" / "demo" / "tasks"
+    role.mkdir(parents=True)
+    target = tmp_path / "target.conf"
+    target.write_text("a=1\nb=2\n")
+    role.joinpath("main.yml").write_text(
+        f"---\n- name: Install target.conf as rendered\n  ansible.builtin.copy:\n"
+        f"    content: \"a=1\\nb=3\\n\"\n    dest: {target}\n    mode: '0644'\n")
+    inventory = tmp_path / "inventory.json"
+    inventory.write_text(json.dumps({"all": {"hosts": {"gpu001": {
+        "ansible_connection": "local", "ansible_python_interpreter": str(Path(__import__("sys").executable))}}}}))
+    run = FilesRun(check_playbook([("demo", "all")]), str(inventory), {}, ("gpu001",), ("demo",))
+    events, (status, rc, _tail) = run_check_mode(run, tmp_path, Timeouts(files=120))
+    assert (status, rc) == ("successful", 0)
+    s = summarize_events(events)
+    assert [(c.host, c.role, c.change, c.path, c.expected, c.observed) for c in s.changes] == [
+        ("gpu001", "demo", "modified", str(target), ("b=3",), ("b=2",))]
+    assert target.read_text() == "a=1\nb=2\n"  # check mode changed nothing
+
+
+def test_stack_secrets_from_an_export_with_show_secrets():
+    state = {"version": 3, "deployment": {"resources": [
+        {"type": "pulumi:pulumi:Stack", "outputs": {}},
+        {"type": "pulumi-python:dynamic/railyard/secrets:Key", "outputs": {
+            "purpose": "munge", "length": 1024,
+            "value": {"4dabf18193072939515e22adb298388d": "1b47061264138c4ac30d75fd1eb44270",
+                      "plaintext": "\"c2VjcmV0\""}}},
+        {"type": "pulumi-python:dynamic/railyard/metal:Node", "outputs": {"value": "not a key"}},
+    ]}}
+    assert secrets_from_deployment(state) == {"munge": "c2VjcmV0"}
+
+
+# --------------------------------------------------------------------------- collect()
+
+
+def test_collect_runs_layers_and_turns_failures_into_errors(lab_plan, tmp_path, monkeypatch):
+    root = _roles_root(tmp_path, ["slurm_controller"])
+
+    def broken(*_a, **_k):
+        raise C.CollectorError("ansible-playbook --check stopped early (failed, exit 4)")
+
+    monkeypatch.setattr(C, "collect_files", broken)
+    monkeypatch.setattr("railyard.drivers.driver_for", lambda spec: FakeDriver({}))
+    runner = RecordedRunner(scontrol(), default=Result(0, "Id=slurmctld.service\nLoadState=loaded\n"
+                                                          "ActiveState=active\nUnitFileState=enabled\n", ""))
+    observed = collect(lab_plan, ("slurm", "files", "nodes", "kubernetes"), runner, root=root)
+    assert observed.layers == ("nodes", "slurm", "kubernetes")
+    assert [e.message for e in observed.errors] == [
+        "files: ansible-playbook --check stopped early (failed, exit 4)"]
+    assert set(observed.timings) == {"nodes", "slurm", "kubernetes"}
+    report = compare(lab_plan, observed)
+    assert report.findings == ()
+    assert report.notes == ("kubernetes: not checked: railyard does not deploy the Kubernetes partition yet",)
+    assert report.layers == ("nodes", "files", "slurm", "kubernetes")
+    assert report.exit_code == exitcodes.ERROR
+
+
+def test_collect_layer_deadline(lab_plan, tmp_path, monkeypatch):
+    monkeypatch.setattr(C, "collect_kubernetes", lambda plan: time.sleep(2))
+    start = time.monotonic()
+    observed = collect(lab_plan, ("kubernetes",), RecordedRunner({}), root=tmp_path,
+                       timeouts=Timeouts(command=0.1, kubernetes=0.2))
+    assert time.monotonic() - start < 1.5
+    assert [e.message for e in observed.errors] == ["kubernetes: no result within 0.3s"]
+
+
+def test_collect_notes_what_it_cannot_check(lab_plan, tmp_path):
+    observed = collect(lab_plan, ("slurm",), RecordedRunner({}), root=tmp_path)
+    assert observed.slurm is None
+    assert observed.notes == ("slurm: not checked: role slurm_controller does not exist yet",)
+    with pytest.raises(ValueError, match="unknown layer"):
+        collect(lab_plan, ("dns",), RecordedRunner({}), root=tmp_path)

@@ -1,0 +1,405 @@
+"""compare(plan, observed) on recorded observations: each kind of drift the issue lists,
+with the exact line an operator reads, and a clean cluster that reports nothing."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from railyard import exitcodes
+from railyard.drift import compare
+from railyard.drift.compare import subset_diff
+from railyard.drift.observed import (
+    FileChange,
+    FilesObservation,
+    KubernetesObservation,
+    Observed,
+    SlurmNode,
+    SlurmObservation,
+    Unreachable,
+)
+from tests.drift.recorded import clean_observed, files_obs, k8s_obs, nodes_obs, slurm_obs
+
+UP = "`railyard up --stack lab`"
+REFRESH = "`railyard up --stack lab --refresh`"
+RESTART_CTLD = "if the file already matches, `systemctl restart slurmctld` on ctl1 loads it"
+
+
+def lines(report) -> list[str]:
+    return [f.line for f in report.findings]
+
+
+def files_of(*changes: FileChange) -> FilesObservation:
+    return FilesObservation(hosts=tuple(dict.fromkeys(c.host for c in changes)),
+                            roles=tuple(dict.fromkeys(c.role for c in changes)), changes=changes)
+
+
+# --------------------------------------------------------------------------- clean
+
+
+def test_clean_cluster_reports_nothing(lab_plan):
+    report = compare(lab_plan, clean_observed())
+    assert report.findings == report.errors == report.notes == ()
+    assert report.layers == ("nodes", "files", "slurm", "kubernetes")
+    assert report.exit_code == exitcodes.OK
+
+
+def test_clean_is_clean_ten_times_in_a_row(lab_plan):
+    reports = {compare(lab_plan, clean_observed()) for _ in range(10)}
+    assert len(reports) == 1 and next(iter(reports)).exit_code == exitcodes.OK
+
+
+# --------------------------------------------------------------------------- files
+
+
+def test_slurm_conf_edited_on_one_node(lab_plan):
+    obs = files_obs("drifted")
+    only = [c for c in obs.changes if c.path == "/etc/slurm/slurm.conf"]
+    report = compare(lab_plan, Observed(files=replace(obs, changes=tuple(only), failures=(), unreachable=())))
+    (f,) = report.findings
+    assert f.line == ("gpu003: /etc/slurm/slurm.conf differs from the plan (2 plan lines missing, 3 extra) — "
+                      f"{UP} re-applies role slurm_compute")
+    assert (f.layer, f.subject, f.kind, f.role, f.path) == (
+        "files", "gpu003", "file_changed", "slurm_compute", "/etc/slurm/slurm.conf")
+    assert f.expected == "MpiDefault=none\nSchedulerParameters=max_switch_wait=1800"
+    assert f.observed == "MpiDefault=pmix\nDebugFlags=Gres\nSchedulerParameters=max_switch_wait=60"
+    assert report.exit_code == exitcodes.DRIFT
+
+
+def test_every_recorded_file_drift(lab_plan):
+    report = compare(lab_plan, Observed(files=files_obs("drifted")))
+    assert lines(report) == [  # per host, by path
+        (f"gpu003: role munge would change a secret (task 'Install the munge key'; no_log hides what) — "
+        f"{UP} re-applies role munge"),
+        (f"gpu003: /etc/ganesha/ganesha.conf differs from the plan (1 plan line missing, 1 extra) — "
+        f"{UP} re-applies role nfs_server"),
+        f"gpu003: /etc/slurm/plugstack.conf.d/pyxis.conf is missing — {UP} re-applies role pyxis",
+        (f"gpu003: /etc/slurm/slurm.conf differs from the plan (2 plan lines missing, 3 extra) — "
+        f"{UP} re-applies role slurm_compute"),
+        f"gpu003: /etc/systemd/system/shared.mount is missing — {UP} re-applies role nfs_client",
+        f"gpu003: /shared has mode=0700, the plan has mode=0755 — {UP} re-applies role nfs_client",
+        (f"gpu003: service slurmd is inactive (dead), the plan has it started; is static at boot, the plan has "
+        f"it enabled — {UP} re-applies role slurm_compute"),
+        ("gpu004: Ansible cannot reach it, so its files were not checked (Task failed: Failed to create temporary "
+        f"directory; exited with result 125) — bring it back ({REFRESH}), then check again"),
+    ]
+    # the failed role is an error: the check of lustre_client on gpu003 is incomplete
+    assert [e.message for e in report.errors] == [
+        ("gpu003: role lustre_client failed in check mode at 'Check that LNet can load': "
+        "lustre_client: the lnet kernel module is not available on this host")
+    ]
+    assert report.exit_code == exitcodes.ERROR
+    assert report.unreachable == ("gpu004",)
+
+
+def test_topology_conf_changed_on_the_controller(lab_plan):
+    change = FileChange("ctl1", "slurm_controller", "Install the rendered Slurm configuration", "modified",
+                        "/etc/slurm/topology.conf", 1, 1, ("SwitchName=su2 Nodes=gpu[003-004] LinkSpeed=800",),
+                        ("SwitchName=su2 Nodes=gpu003 LinkSpeed=800",))
+    (f,) = compare(lab_plan, Observed(files=files_of(change))).findings
+    assert f.line == ("ctl1: /etc/slurm/topology.conf differs from the plan (1 plan line missing, 1 extra) — "
+                      f"{UP} re-applies role slurm_controller")
+
+
+def test_munge_key_replaced_on_one_node(lab_plan):
+    change = FileChange("gpu002", "munge", "Write the cluster key", "hidden")
+    (f,) = compare(lab_plan, Observed(files=files_of(change))).findings
+    assert f.line == ("gpu002: role munge would change a secret (task 'Write the cluster key'; no_log hides "
+                      f"what) — {UP} re-applies role munge")
+    assert (f.kind, f.expected, f.observed) == ("secret_changed", "", "")
+
+
+def test_pyxis_conf_removed(lab_plan):
+    change = FileChange("gpu001", "pyxis", "Install pyxis.conf as rendered (active)", "created",
+                        "/etc/slurm/plugstack.conf.d/pyxis.conf", plan_only=3)
+    (f,) = compare(lab_plan, Observed(files=files_of(change))).findings
+    assert f.line == f"gpu001: /etc/slurm/plugstack.conf.d/pyxis.conf is missing — {UP} re-applies role pyxis"
+    assert f.kind == "file_missing"
+
+
+def test_nfs_export_changed(lab_plan):
+    obs = files_obs("drifted")
+    (change,) = [c for c in obs.changes if c.role == "nfs_server"]
+    (f,) = compare(lab_plan, Observed(files=files_of(replace(change, host="nfs1")))).findings
+    assert f.line == ("nfs1: /etc/ganesha/ganesha.conf differs from the plan (1 plan line missing, 1 extra) — "
+                      f"{UP} re-applies role nfs_server")
+    assert (f.expected, f.observed) == ("        Clients = 10.77.0.0/24;", "        Clients = 10.77.0.0/16;")
+
+
+@pytest.mark.parametrize(("plan_only", "host_only", "text"), [
+    (1, 1, "1 plan line missing, 1 extra"), (2, 0, "2 plan lines missing"), (0, 1, "1 extra line"),
+    (0, 3, "3 extra lines"), (0, 0, "whitespace only"),
+])
+def test_line_counts(lab_plan, plan_only, host_only, text):
+    change = FileChange("gpu001", "slurm_compute", "t", "modified", "/etc/slurm/slurm.conf", plan_only, host_only)
+    (f,) = compare(lab_plan, Observed(files=files_of(change))).findings
+    assert f.message == f"gpu001: /etc/slurm/slurm.conf differs from the plan ({text})"
+
+
+def test_a_file_that_should_not_exist(lab_plan):
+    change = FileChange("gpu001", "pyxis", "Remove the other copy of pyxis.conf", "removed",
+                        "/etc/slurm/plugstack.conf.d/pyxis.conf.inactive", observed=("state=file",))
+    (f,) = compare(lab_plan, Observed(files=files_of(change))).findings
+    assert f.line == ("gpu001: /etc/slurm/plugstack.conf.d/pyxis.conf.inactive should not exist (the plan "
+                      f"removes it) — {UP} re-applies role pyxis")
+
+
+# --------------------------------------------------------------------------- nodes
+
+
+def test_node_container_deleted(lab_plan):
+    nodes = nodes_obs(gpu004={"exists": False, "power": "off", "reachable": False, "detail": "no such container",
+                              "services": ()})
+    (f,) = compare(lab_plan, Observed(nodes=nodes)).findings
+    assert f.line == f"gpu004: container railyard-lab-gpu004 does not exist — {REFRESH} creates it again"
+    assert (f.layer, f.kind) == ("nodes", "missing")
+
+
+def test_node_container_stopped_and_unanswering(lab_plan):
+    nodes = nodes_obs(gpu001={"power": "off", "reachable": False, "detail": "exited", "services": ()},
+                      gpu002={"reachable": False, "detail": "running", "services": ()})
+    report = compare(lab_plan, Observed(nodes=nodes))
+    assert lines(report) == [
+        f"gpu001: container railyard-lab-gpu001 is not running (exited) — {REFRESH} starts it",
+        ("gpu002: container railyard-lab-gpu002 is running but does not answer `podman exec` — check the machine "
+        f"and its network; {REFRESH} once it answers"),
+    ]
+    assert report.unreachable == ("gpu002",)
+    assert report.exit_code == exitcodes.DRIFT
+
+
+def test_slurmd_stopped_is_an_inactive_unit(lab_plan):
+    nodes = nodes_obs(gpu003={"units": {"slurmd.service": {"active": "inactive", "sub": "dead"}}})
+    (f,) = compare(lab_plan, Observed(nodes=nodes)).findings
+    assert f.line == ("gpu003: slurmd.service is inactive (dead), the plan has it running — "
+                      f"`systemctl start slurmd.service` on gpu003, or {UP}")
+    assert (f.kind, f.path, f.expected) == ("unit_inactive", "slurmd.service", "active")
+    assert f.observed == "ActiveState=inactive SubState=dead UnitFileState=enabled LoadState=loaded"
+
+
+def test_mount_unit_removed(lab_plan):
+    nodes = nodes_obs(gpu002={"units": {"shared.mount": {"load": "not-found", "file_state": ""}}})
+    files = files_of(FileChange("gpu002", "nfs_client", "Install the mount units as rendered", "created",
+                                "/etc/systemd/system/shared.mount", plan_only=15))
+    assert lines(compare(lab_plan, Observed(nodes=nodes, files=files))) == [
+        f"gpu002: shared.mount does not exist, the plan has it enabled — {UP} installs it again",
+        f"gpu002: /etc/systemd/system/shared.mount is missing — {UP} re-applies role nfs_client",
+    ]
+
+
+def test_an_inactive_nfs_mount_is_not_drift_but_a_disabled_one_is(lab_plan):
+    # the lab kernel has no NFS client: nfs_client enables the units and mounts nothing
+    assert compare(lab_plan, Observed(nodes=nodes_obs())).findings == ()
+    nodes = nodes_obs(kw1={"units": {"shared.mount": {"file_state": "disabled"}}},
+                      gpu001={"units": {"munge.service": {"file_state": "masked", "active": "inactive"}}})
+    assert lines(compare(lab_plan, Observed(nodes=nodes))) == [
+        (f"gpu001: munge.service is masked, the plan has it running — `systemctl unmask munge.service` on gpu001, "
+        f"then {UP}"),
+        (f"kw1: shared.mount is disabled at boot, the plan has it enabled — `systemctl enable shared.mount` on kw1, "
+        f"or {UP}"),
+    ]
+
+
+# --------------------------------------------------------------------------- slurm
+
+
+def test_slurmd_stopped_as_slurm_sees_it(lab_plan):
+    (f,) = compare(lab_plan, Observed(slurm=slurm_obs(splice={"gpu003": "slurmd_stopped"}))).findings
+    assert f.line == ("gpu003 is DOWN+NOT_RESPONDING (reason: 'Not responding') — slurmd on gpu003 does not "
+                      f"answer: `systemctl start slurmd` on gpu003 (or {UP}); ReturnToService=2 then puts it "
+                      "back in service")
+    assert (f.layer, f.kind, f.observed) == ("slurm", "node_state", "DOWN+NOT_RESPONDING Reason=Not responding")
+
+
+def test_node_drained_or_down(lab_plan):
+    report = compare(lab_plan, Observed(slurm=slurm_obs(nodes="drained_down")))
+    assert lines(report) == [
+        ("gpu002 is DRAIN (reason: 'maintenance') — `scontrol update nodename=gpu002 state=resume` when it may "
+        "run jobs again"),
+        ("gpu003 is DOWN (reason: 'slurmd stopped for test') — `scontrol update nodename=gpu003 state=resume` "
+        "when it may run jobs again"),
+    ]
+
+
+def test_partition_down(lab_plan):
+    (f,) = compare(lab_plan, Observed(slurm=slurm_obs(partitions="drained_down"))).findings
+    assert f.line == "partition gpu is DOWN, the plan has it UP — `scontrol update partitionname=gpu state=up`"
+    assert f.subject == "partition/gpu"
+
+
+def test_topology_changed_in_slurm(lab_plan):
+    (f,) = compare(lab_plan, Observed(slurm=slurm_obs(topology="extra_node_topology_changed"))).findings
+    assert f.line == ("topology: switch su2 has nodes gpu[003-004] in the plan but gpu003 in Slurm — "
+                      f"{UP} restores topology.conf on ctl1; {RESTART_CTLD}")
+    assert (f.subject, f.kind, f.expected, f.observed) == ("topology", "switch_nodes", "gpu[003-004]", "gpu003")
+
+
+def test_node_registered_in_slurm_that_the_spec_lacks(lab_plan):
+    obs = slurm_obs(nodes="extra_node_topology_changed", partitions="extra_node_topology_changed")
+    report = compare(lab_plan, Observed(slurm=obs))
+    assert lines(report) == [
+        (f"node gpu009 is registered in Slurm but not in the spec — remove it from slurm.conf on ctl1 ({UP} "
+        "restores the rendered file), or add it to the spec"),
+        ("partition gpu has nodes gpu[001-004] in the plan but gpu[001-004,009] in Slurm — "
+        f"{UP} restores slurm.conf on ctl1; {RESTART_CTLD}"),
+    ]
+
+
+def test_dynamic_node_is_deleted_with_scontrol(lab_plan):
+    extra = SlurmNode("gpu010", "IDLE+DYNAMIC_NORM", partitions=())
+    obs = slurm_obs()
+    (f,) = compare(lab_plan, Observed(slurm=replace(obs, nodes=obs.nodes + (extra,)))).findings
+    assert f.line == ("node gpu010 is registered in Slurm but not in the spec — `scontrol delete nodename=gpu010` "
+                      "(a dynamic node), or add it to the spec")
+
+
+def test_invalid_registration_and_nodes_slurm_does_not_know(lab_plan):
+    report = compare(lab_plan, Observed(slurm=slurm_obs(nodes="invalid_reg")))
+    assert lines(report) == [
+        ("gpu001 is UNKNOWN+DRAIN+INVALID_REG (reason: 'gres/gpu count reported lower than configured (0 < 2)') — "
+        "gpu001 registered with other hardware than slurm.conf says: make the spec's hardware match the node "
+        f"(`slurmd -C` on gpu001), {UP}, then `scontrol update nodename=gpu001 state=resume`"),
+        *[f"{n} is in the spec but not registered in Slurm — {UP} restores slurm.conf on ctl1; {RESTART_CTLD}"
+          for n in ("gpu002", "gpu003", "gpu004")],
+    ]
+
+
+def test_node_hardware_in_slurm_differs(lab_plan):
+    obs = slurm_obs()
+    nodes = tuple(replace(n, real_memory=2000) if n.name == "gpu001" else n for n in obs.nodes)
+    (f,) = compare(lab_plan, Observed(slurm=replace(obs, nodes=nodes))).findings
+    assert f.line == (f"gpu001: Slurm has RealMemory=2000, the plan has 1000 — {UP} restores slurm.conf on ctl1; "
+                      f"{RESTART_CTLD}")
+
+
+def test_partition_settings(lab_plan):
+    obs = slurm_obs()
+    (p,) = obs.partitions
+    changed = replace(p, max_time="12:00:00", default=False, job_defaults=())
+    report = compare(lab_plan, Observed(slurm=replace(obs, partitions=(changed,))))
+    assert [f.message for f in report.findings] == [
+        "partition gpu: DefCpuPerGPU=unset in Slurm, the plan has DefCpuPerGPU=1",
+        "partition gpu: Default=NO in Slurm, the plan has Default=YES",
+        "partition gpu: MaxTime=12:00:00 in Slurm, the plan has MaxTime=1-00:00:00",
+    ]
+
+
+def test_equivalent_time_forms_are_not_drift(lab_plan):
+    obs = slurm_obs()
+    (p,) = obs.partitions
+    same = replace(p, max_time="24:00:00")  # the plan says 1-00:00:00
+    assert compare(lab_plan, Observed(slurm=replace(obs, partitions=(same,)))).findings == ()
+
+
+def test_no_topology_in_slurm(lab_plan):
+    (f,) = compare(lab_plan, Observed(slurm=slurm_obs(topology="no_topology"))).findings
+    assert f.message == "topology: Slurm has no switches, the plan has 3 (TopologyPlugin=topology/tree)"
+
+
+def test_extra_and_missing_partitions_and_switches(lab_plan):
+    obs = slurm_obs()
+    (p,) = obs.partitions
+    spine = obs.switches[-1]
+    report = compare(lab_plan, Observed(slurm=replace(
+        obs, partitions=(replace(p, name="debug"),),
+        switches=(*obs.switches[:2], replace(spine, name="core", level=2)))))
+    assert [f.message for f in report.findings] == [
+        "partition debug is in Slurm but not in the spec",
+        "partition gpu is in the spec but not in Slurm",
+        "topology: switch spine is in the plan but not in Slurm",
+        "topology: switch core is in Slurm but not in the plan",
+    ]
+
+
+def test_controller_unreachable_and_slurmctld_down(lab_plan):
+    gone = SlurmObservation("ctl1", unreachable=Unreachable("ctl1", "no such container"))
+    (f,) = compare(lab_plan, Observed(slurm=gone)).findings
+    assert f.line == ("ctl1: the Slurm controller does not answer, so Slurm was not checked (no such container) — "
+                      f"bring it back ({REFRESH}), then check again")
+    assert f.kind == "unreachable"
+    down = SlurmObservation("ctl1", failure="slurm_load_partitions: Unable to contact slurm controller (connect failure)")
+    (f,) = compare(lab_plan, Observed(slurm=down)).findings
+    assert f.line == ("ctl1: scontrol cannot get an answer from slurmctld (slurm_load_partitions: Unable to contact "
+                      "slurm controller (connect failure)) — `systemctl status slurmctld` on ctl1; start it, or "
+                      f"{UP}")
+
+
+# --------------------------------------------------------------------------- kubernetes
+
+
+def test_kubernetes_label_removed(lab_plan):
+    def drop(nodes, _lists):
+        del nodes["items"][1]["metadata"]["labels"]["topology.railyard.dev/su"]
+
+    (f,) = compare(lab_plan, Observed(kubernetes=k8s_obs(drop))).findings
+    assert f.line == ("kw1: label topology.railyard.dev/su is missing (the plan has 'su1') — "
+                      f"`kubectl label node kw1 topology.railyard.dev/su=su1`, or {UP}")
+    assert (f.layer, f.kind) == ("kubernetes", "label_missing")
+
+
+def test_kubernetes_label_value_node_and_objects(lab_plan):
+    def mutate(nodes, lists):
+        nodes["items"][2]["metadata"]["labels"]["topology.railyard.dev/su"] = "su1"
+        nodes["items"].append({"metadata": {"name": "kw9", "labels": {}}})
+        for doc in lists:
+            for item in doc["items"]:
+                if item["kind"] == "ClusterQueue":
+                    item["spec"]["resourceGroups"][0]["flavors"][0]["resources"][2]["nominalQuota"] = "8"
+        lists[:] = [d for d in lists if d["items"][0]["kind"] != "LocalQueue"]
+
+    assert lines(compare(lab_plan, Observed(kubernetes=k8s_obs(mutate)))) == [
+        (f"ClusterQueue/gpu: spec.resourceGroups[0].flavors[0].resources[2].nominalQuota is '8' in the cluster, "
+        f"the plan has 4 — {UP} restores it"),
+        f"LocalQueue/team-a/gpu is in the plan but not in the cluster — {UP} creates it",
+        (f"kw2: label topology.railyard.dev/su is 'su1', the plan has 'su2' — "
+        f"`kubectl label --overwrite node kw2 topology.railyard.dev/su=su2`, or {UP}"),
+        "node kw9 is registered in Kubernetes but not in the spec — `kubectl delete node kw9`, or add it to the spec",
+    ]
+
+
+def test_kubernetes_not_deployed_is_a_note_not_drift(lab_plan):
+    report = compare(lab_plan, Observed(kubernetes=KubernetesObservation(deployed=False, reason="no roles yet")))
+    assert report.findings == ()
+    assert report.notes == ("kubernetes: not checked: no roles yet",)
+    assert report.exit_code == exitcodes.OK
+
+
+def test_subset_diff_ignores_server_fields():
+    want = {"spec": {"a": 1, "b": [{"x": "1"}]}}
+    have = {"spec": {"a": "1", "b": [{"x": 1, "default": True}], "extra": 2}, "status": {}}
+    assert subset_diff(want, have) == []
+    assert subset_diff(want, {"spec": {"b": []}}) == [("spec.a", 1, None), ("spec.b", [{"x": "1"}], [])]
+
+
+# --------------------------------------------------------------------------- all layers
+
+
+def test_one_of_everything_sorted_by_layer_then_subject(lab_plan):
+    observed = Observed(
+        nodes=nodes_obs(gpu004={"exists": False, "power": "off", "reachable": False, "services": ()}),
+        files=files_of(FileChange("gpu003", "slurm_compute", "t", "modified", "/etc/slurm/slurm.conf", 1, 1)),
+        slurm=slurm_obs(nodes="drained_down", topology="extra_node_topology_changed"),
+        kubernetes=k8s_obs(lambda n, _l: n["items"][1]["metadata"]["labels"].pop("railyard.dev/gpu")),
+    )
+    report = compare(lab_plan, observed)
+    assert [(f.layer, f.subject, f.kind) for f in report.findings] == [
+        ("nodes", "gpu004", "missing"),
+        ("files", "gpu003", "file_changed"),
+        ("slurm", "gpu002", "node_state"),
+        ("slurm", "gpu003", "node_state"),
+        ("slurm", "topology", "switch_nodes"),
+        ("kubernetes", "kw1", "label_missing"),
+    ]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_order_does_not_depend_on_observation_order(lab_plan, seed):
+    import random
+
+    obs = files_obs("drifted")
+    shuffled = list(obs.changes)
+    random.Random(seed).shuffle(shuffled)
+    a = compare(lab_plan, Observed(files=obs))
+    b = compare(lab_plan, Observed(files=replace(obs, changes=tuple(shuffled))))
+    assert a == b and a.to_dict() == b.to_dict()

@@ -1,0 +1,132 @@
+"""The podman driver with real containers from the lab image. Everything is labelled and removed."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from railyard.drivers import Attachment, PodmanNode, Volume
+from railyard.drivers.podman import (
+    NetworkSpec,
+    PodmanDriver,
+    cleanup,
+    ensure_network,
+    labelled,
+    observe_network,
+    remove_network,
+    run_args,
+)
+from railyard.lab.image import IMAGE_REF
+
+pytestmark = pytest.mark.podman
+CLUSTER = "drvtest"
+
+
+def _podman(*args: str) -> str:
+    return subprocess.run(["podman", *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def networks() -> Iterator[tuple[NetworkSpec, NetworkSpec]]:
+    if shutil.which("podman") is None:
+        pytest.skip("podman is not installed (scripts/setup-podman.sh)")
+    if subprocess.run(["podman", "image", "exists", IMAGE_REF], check=False).returncode != 0:
+        pytest.skip(f"{IMAGE_REF} not built (python -m railyard.lab.image)")
+    cleanup(CLUSTER)
+    mgmt = NetworkSpec(f"railyard-{CLUSTER}-mgmt", CLUSTER, subnet="10.201.77.0/24", gateway="10.201.77.1")
+    rail = NetworkSpec(f"railyard-{CLUSTER}-rail0", CLUSTER, internal=True, dns=False)
+    ensure_network(mgmt)
+    ensure_network(rail)
+    yield mgmt, rail
+    cleanup(CLUSTER)
+    assert labelled("container", CLUSTER) == labelled("network", CLUSTER) == labelled("volume", CLUSTER) == []
+
+
+def _node(mgmt: NetworkSpec, rail: NetworkSpec, name: str = "n1", ip: str = "10.201.77.10") -> PodmanNode:
+    return PodmanNode(
+        name=name,
+        cluster=CLUSTER,
+        address=ip,
+        container=f"railyard-{CLUSTER}-{name}",
+        image=IMAGE_REF,
+        attachments=(
+            Attachment(mgmt.name, "eth0", ip, (name,)),
+            Attachment(rail.name, "rail0"),
+        ),
+        devices=("/dev/nvidia0",),
+        volumes=(Volume(f"railyard-{CLUSTER}-{name}-data", "/data"),),
+    )
+
+
+def test_run_args_are_what_podman_gets() -> None:
+    n = PodmanNode(name="a", cluster="c", address="10.0.0.5", container="railyard-c-a", image="img",
+                   attachments=(Attachment("m", "eth0", "10.0.0.5", ("a",)),))
+    args = run_args(n)
+    assert args[-2:] == ["img", "/sbin/init"]
+    assert "--systemd=always" in args and "--no-hosts" in args
+    assert args[args.index("--network") + 1] == "m:interface_name=eth0,ip=10.0.0.5,alias=a"
+    assert "railyard.cluster=c" in args
+
+
+def test_network_is_adopted_and_refuses_strangers(networks: tuple[NetworkSpec, NetworkSpec]) -> None:
+    mgmt, _ = networks
+    info = ensure_network(mgmt)  # second time: adopted, not recreated
+    assert info["subnets"][0]["subnet"] == "10.201.77.0/24"
+    stranger = NetworkSpec(mgmt.name, "someone-else")
+    with pytest.raises(Exception, match="not part of cluster someone-else"):
+        ensure_network(stranger)
+
+
+def test_node_lifecycle(networks: tuple[NetworkSpec, NetworkSpec]) -> None:
+    mgmt, rail = networks
+    node = _node(mgmt, rail)
+    d = PodmanDriver()
+    assert not d.observe(node).exists
+
+    first = d.ensure_up(node)
+    assert first.exists and first.power == "on" and first.reachable and first.instance
+    assert _podman("exec", node.container, "hostname") == "n1"
+    addrs = _podman("exec", node.container, "ip", "-br", "addr")
+    assert "10.201.77.10/24" in addrs and "rail0" in addrs
+    assert _podman("exec", node.container, "stat", "-c", "%F", "/dev/nvidia0") == "character special file"
+    assert _podman("exec", node.container, "systemctl", "is-system-running") in ("running", "degraded")
+    assert d.ensure_up(node).instance == first.instance  # idempotent: adopted
+
+    # Someone removes the container by hand: observe says so, ensure_up makes a new one.
+    _podman("rm", "--force", node.container)
+    gone = d.observe(node)
+    assert not gone.exists and not gone.reachable
+    again = d.ensure_up(node)
+    assert again.reachable and again.instance != first.instance
+
+    # Stopped is not gone: power off, and ensure_up starts it.
+    _podman("stop", "--time", "1", node.container)
+    stopped = d.observe(node)
+    assert stopped.exists and stopped.power == "off"
+    assert d.ensure_up(node).instance == again.instance
+
+    d.ensure_absent(node)
+    assert not d.observe(node).exists
+    assert f"railyard-{CLUSTER}-n1-data" not in labelled("volume", CLUSTER)
+
+
+def test_changed_settings_recreate_the_container(networks: tuple[NetworkSpec, NetworkSpec]) -> None:
+    mgmt, rail = networks
+    d = PodmanDriver()
+    old = d.ensure_up(_node(mgmt, rail, "n2", "10.201.77.11"))
+    moved = _node(mgmt, rail, "n2", "10.201.77.12")
+    new = d.ensure_up(moved)
+    assert new.instance != old.instance
+    assert "10.201.77.12/24" in _podman("exec", moved.container, "ip", "-br", "addr")
+    d.ensure_absent(moved)
+
+
+def test_remove_network(networks: tuple[NetworkSpec, NetworkSpec]) -> None:
+    extra = NetworkSpec(f"railyard-{CLUSTER}-extra", CLUSTER, internal=True)
+    ensure_network(extra)
+    remove_network(extra.name)
+    remove_network(extra.name)  # already gone: fine
+    assert observe_network(extra.name) is None

@@ -1,0 +1,240 @@
+"""Molecule scaffolding: the lab spec rendered for molecule, scenario discovery, variants.
+
+Every molecule scenario configures its containers from the compiler's artifacts, the same
+way the Pulumi lab does.  The lab itself owns ``10.77.0.0/24`` (podman network of
+``railyard-lab-<node>`` containers) and podman refuses a second network with that subnet,
+so molecule renders the lab spec with ONLY ``network.management.cidr`` moved
+(:data:`MOLECULE_CIDR`); every other fact (names, groups, topology, GRES) stays the plan's.
+
+``python -m tests.support.molecule prepare [--variant lab]`` is the shared dependency step
+(.config/molecule/config.yml runs it before ``create``):
+
+* renders the variant into ``.railyard/molecule/<variant>/artifacts`` (gitignored);
+* creates the podman network :data:`NETWORK` with the variant's subnet (molecule's podman
+  driver cannot set a subnet, so platforms join it with ``--network`` in ``extra_opts``
+  and the driver never creates or deletes it);
+* generates a munge key for this run (``.railyard/molecule/munge.key``, mode 0600, never
+  committed, never printed) unless one exists; ``clean`` removes key and network.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import copy
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+LAB_SPEC = ROOT / "inventories" / "lab" / "cluster.yaml"
+STATE = Path(os.environ.get("RAILYARD_MOLECULE_STATE") or ROOT / ".railyard" / "molecule")
+MUNGE_KEY = STATE / "munge.key"
+# Overridable so that two checkouts (or CI jobs) on one machine can run side by side: give
+# each its own network, subnet, state dir and podman store (a `podman --root ...` wrapper
+# first on PATH); node names stay the plan's, so one podman store runs one scenario at a time.
+NETWORK = os.environ.get("RAILYARD_MOLECULE_NETWORK", "railyard-molecule")
+MOLECULE_NET = os.environ.get("RAILYARD_MOLECULE_NET", "10.78.0")  # first three octets
+MOLECULE_CIDR = f"{MOLECULE_NET}.0/24"
+BASE_CONFIG = ROOT / ".config" / "molecule" / "config.yml"
+
+
+def artifacts_dir(variant: str = "lab") -> Path:
+    return STATE / variant / "artifacts"
+
+
+# --- spec variants -------------------------------------------------------------------
+
+
+def lab_spec(cidr: str = MOLECULE_CIDR) -> dict[str, Any]:
+    """The lab spec with only the management CIDR overridden."""
+    spec = yaml.safe_load(LAB_SPEC.read_text())
+    spec["network"]["management"]["cidr"] = cidr
+    return spec
+
+
+def scaled_spec(gpus: int, per_su: int = 4, cidr: str = MOLECULE_CIDR) -> dict[str, Any]:
+    """The lab with *gpus* compute nodes and the SUs re-cut into groups of *per_su*.
+
+    Kubernetes workers keep one per SU for the first two SUs (the plan requires every SU
+    member to exist, not every SU to hold a worker).
+    """
+    spec = lab_spec(cidr)
+    spec = copy.deepcopy(spec)
+    for group in spec["nodes"]:
+        if group["group"] == "gpu":
+            group["count"] = gpus
+    sus = []
+    n_su = -(-gpus // per_su)
+    for i in range(n_su):
+        first, last = i * per_su + 1, min(gpus, (i + 1) * per_su)
+        members = f"gpu[{first:03}-{last:03}]" if last > first else f"gpu{first:03}"
+        if i < 2:
+            members += f",kw{i + 1}"
+        sus.append({"name": f"su{i + 1}", "nodes": members})
+    rail = spec["fabric"]["rail_optimized"]
+    rail["scalable_units"] = sus
+    rail["leaf_radix"] = max(rail.get("leaf_radix", 8), per_su * 2 + 2)
+    rail["spines"] = {"count": 2, "radix": max(8, n_su * 2)}
+    slurm = spec["partitions"]["slurm"]
+    for part in slurm["partitions"]:
+        part["nodes"] = f"gpu[001-{gpus:03}]"
+    spec["storage"]["lustre"]["clients"] = f"gpu[001-{gpus:03}],login1"
+    return spec
+
+
+VARIANTS = {
+    "lab": lambda: lab_spec(),
+    "scale16": lambda: scaled_spec(16),
+}
+
+
+def render(variant: str = "lab", out: Path | None = None) -> Path:
+    """Render a variant with railyard's own compiler (no re-derivation); returns the dir."""
+    from railyard import render as rrender
+    from railyard.spec import loads_plan
+
+    spec = VARIANTS[variant]()
+    plan = loads_plan(yaml.safe_dump(spec, sort_keys=False), source=f"<molecule:{variant}>")
+    out = out or artifacts_dir(variant)
+    rrender.write(rrender.render(plan), out)
+    return out
+
+
+def plan_summary(variant: str = "lab") -> dict[str, Any]:
+    path = artifacts_dir(variant) / "plan.json"
+    if not path.exists():
+        render(variant)
+    return json.loads(path.read_text())
+
+
+# --- podman / key -----------------------------------------------------------------------
+
+
+def podman_available() -> str | None:
+    """None when podman and the node image are there, else the reason to skip."""
+    if shutil.which("podman") is None:
+        return "podman is not installed"
+    probe = subprocess.run(
+        ["podman", "image", "exists", "localhost/railyard-node:12"], capture_output=True, check=False)
+    if probe.returncode != 0:
+        return "image localhost/railyard-node:12 is missing: run `railyard lab image`"
+    return None
+
+
+def ensure_network(cidr: str = MOLECULE_CIDR) -> None:
+    got = subprocess.run(["podman", "network", "inspect", NETWORK], capture_output=True, text=True, check=False)
+    if got.returncode == 0:
+        info = json.loads(got.stdout)[0]
+        subnets = [s.get("subnet") for s in info.get("subnets") or []]
+        if cidr in subnets:
+            return
+        subprocess.run(["podman", "network", "rm", NETWORK], check=True, capture_output=True)
+    subprocess.run(
+        ["podman", "network", "create", "--subnet", cidr, NETWORK],
+        check=True,
+        capture_output=True,
+    )
+
+
+def ensure_munge_key() -> Path:
+    """A fresh random key per run; the file is never printed."""
+    STATE.mkdir(parents=True, exist_ok=True)
+    if not MUNGE_KEY.exists():
+        fd = os.open(MUNGE_KEY, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(base64.b64encode(secrets.token_bytes(1024)).decode())
+    return MUNGE_KEY
+
+
+def prepare(variant: str = "lab") -> Path:
+    out = render(variant)
+    ensure_network()
+    ensure_munge_key()
+    return out
+
+
+def clean() -> None:
+    """Drop the per-run key and the network (when no container uses it any more)."""
+    MUNGE_KEY.unlink(missing_ok=True)
+    if shutil.which("podman") is None:
+        return
+    users = subprocess.run(
+        ["podman", "ps", "-aq", "--filter", f"network={NETWORK}"],
+        capture_output=True,
+        text=True, check=False)
+    if users.returncode == 0 and not users.stdout.strip():
+        subprocess.run(["podman", "network", "rm", NETWORK], capture_output=True, check=False)
+
+
+# --- scenarios ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One molecule scenario: where molecule must run (cwd) and under which name."""
+
+    name: str
+    cwd: Path
+    file: Path
+
+    @property
+    def id(self) -> str:
+        return str(self.file.parent.relative_to(ROOT))
+
+    def config(self) -> dict[str, Any]:
+        return yaml.safe_load(self.file.read_text()) or {}
+
+
+def scenarios() -> list[Scenario]:
+    """Every scenario in the repo: roles/*/molecule/*/ and molecule/*/."""
+    found = []
+    for f in sorted(ROOT.glob("roles/*/molecule/*/molecule.yml")):
+        found.append(Scenario(f.parent.name, f.parents[2], f))
+    for f in sorted(ROOT.glob("molecule/*/molecule.yml")):
+        found.append(Scenario(f.parent.name, ROOT, f))
+    return found
+
+
+def platform(node: str, plan: dict[str, Any]) -> dict[str, Any]:
+    """The platform entry a scenario should carry for *node* (what the drift test expects)."""
+    by_name = {n["name"]: n for n in plan["nodes"]}
+    groups = sorted(g for g, members in plan["inventory_groups"].items() if node in members)
+    return {
+        "name": node,
+        "groups": groups,
+        "ip": by_name[node]["address"],
+    }
+
+
+def _main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tests.support.molecule")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("prepare", help="render artifacts, create network and munge key")
+    p.add_argument("--variant", default="lab", choices=sorted(VARIANTS))
+    sub.add_parser("clean", help="remove the per-run munge key and the podman network")
+    pl = sub.add_parser("platforms", help="print platform entries for nodes (YAML)")
+    pl.add_argument("--variant", default="lab", choices=sorted(VARIANTS))
+    pl.add_argument("nodes", nargs="+")
+    args = ap.parse_args(argv)
+    if args.cmd == "prepare":
+        out = prepare(args.variant)
+        print(f"molecule artifacts: {out} (network {NETWORK} {MOLECULE_CIDR})")
+    elif args.cmd == "clean":
+        clean()
+    else:
+        plan = plan_summary(args.variant)
+        print(yaml.safe_dump([platform(n, plan) for n in args.nodes], sort_keys=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

@@ -1,0 +1,51 @@
+"""Every role's meta/argument_specs.yml documents exactly its defaults (+ required vars)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+ROLES = sorted(p for p in (ROOT / "roles").iterdir() if (p / "tasks" / "main.yml").is_file())
+
+
+def _load(path: Path) -> dict:
+    return yaml.safe_load(path.read_text()) or {} if path.is_file() else {}
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_argument_specs_match_defaults(role):
+    specs = _load(role / "meta" / "argument_specs.yml")
+    assert "main" in specs.get("argument_specs", {}), f"{role.name}: meta/argument_specs.yml has no main entry point"
+    options = specs["argument_specs"]["main"].get("options") or {}
+    defaults = _load(role / "defaults" / "main.yml")
+    required = {k for k, v in options.items() if v.get("required")}
+    optional_without_default = {
+        k for k, v in options.items() if not v.get("required") and k not in defaults and not k.startswith(role.name + "_")
+    }
+    # Every default is documented, every documented option is a default unless it is a
+    # required input or a plan variable the role reads when present (e.g. railyard_gpus).
+    assert set(defaults) - set(options) == set(), f"{role.name}: defaults without a spec: {set(defaults) - set(options)}"
+    extra = set(options) - set(defaults) - required - optional_without_default
+    assert extra == set(), f"{role.name}: specs without a default: {extra}"
+    for key in defaults:
+        assert key.startswith(role.name + "_"), f"{role.name}: default {key} lacks the {role.name}_ prefix"
+        assert "default" in options[key], f"{role.name}: {key} has no default in argument_specs"
+        assert options[key]["default"] == defaults[key], (
+            f"{role.name}: {key} default {options[key]['default']!r} != defaults/main.yml {defaults[key]!r}"
+        )
+    for key, spec in options.items():
+        assert spec.get("description"), f"{role.name}: {key} has no description"
+        assert spec.get("type"), f"{role.name}: {key} has no type"
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_role_layout(role):
+    main = (role / "tasks" / "main.yml").read_text()
+    for step in ("preflight.yml", "install.yml", "configure.yml"):
+        assert step in main, f"{role.name}: tasks/main.yml does not hand off to {step}"
+    for template in (role / "templates").glob("**/*.j2") if (role / "templates").is_dir() else []:
+        first = template.read_text().splitlines()[0]
+        assert "ansible_managed" in first, f"{template.relative_to(ROOT)} does not start with ansible_managed"
