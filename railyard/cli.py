@@ -162,6 +162,12 @@ def parser() -> argparse.ArgumentParser:
     i.add_argument("--json", action="store_true")
     i.set_defaults(func=cmd_inventory)
 
+    from railyard.deploy.automation import add_commands as add_pulumi_commands
+    from railyard.drift.cli import add_commands as add_drift_commands
+
+    add_pulumi_commands(sub)  # up, preview, refresh, destroy (Automation API, inline program)
+    add_drift_commands(sub)
+
     lab = sub.add_parser("lab", help="the local lab: node image")
     lab_sub = lab.add_subparsers(dest="lab_command", required=True)
     img = lab_sub.add_parser("image", help="build the node image offline (cached by recipe)")
