@@ -135,8 +135,14 @@ def cmd_lab_image(args: argparse.Namespace) -> int:
     return exitcodes.OK
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse exits 2, which means DRIFT here
+        self.print_usage(sys.stderr)
+        self.exit(exitcodes.ERROR, f"{self.prog}: error: {message}\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="railyard", description=__doc__)
+    p = _Parser(prog="railyard", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
 
     v = sub.add_parser("validate", help="check a spec; exit 0 when valid, 1 with every problem otherwise")

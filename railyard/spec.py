@@ -551,10 +551,14 @@ def yaml_path(loc: tuple[Any, ...]) -> str:
 
 
 def _line_for(path: str, lines: dict[str, int]) -> int | None:
+    """The line of ``path``, else of its nearest parent that is in the file."""
     while path:
         if path in lines:
             return lines[path]
-        path = re.sub(r"(\.[^.\[]+|\[\d+\])$", "", path)
+        parent = re.sub(r"(\.[^.\[]+|\[\d+\])$", "", path)
+        if parent == path:  # a top-level key the file does not have
+            break
+        path = parent
     return None
 
 

@@ -50,6 +50,11 @@ def test_validate_bad_spec_exits_1_with_every_message(tmp_path):
     assert any(p["path"] == "fabric.rail_optimized.bogus" and p["line"] for p in data["problems"])
 
 
+def test_usage_errors_exit_1_not_the_drift_code():
+    res = railyard("render", str(LAB))  # -o missing
+    assert res.returncode == 1 and "required: -o/--output" in res.stderr
+
+
 def test_invalid_spec_renders_nothing(tmp_path):
     bad = tmp_path / "cluster.yaml"
     bad.write_text(LAB.read_text().replace("leaf_radix: 8", "leaf_radix: 4"))

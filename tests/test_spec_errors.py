@@ -167,6 +167,13 @@ def test_there_are_at_least_thirty_cases():
     assert len(CASES) >= 30
 
 
+def test_missing_top_level_keys_are_reported_not_hung():
+    with pytest.raises(SpecError) as info:
+        loads_plan("cluster: {name: x, domain: x.example.com}\n", "short.yaml")
+    paths = {p.path for p in info.value.problems}
+    assert {"network", "nodes", "partitions"} <= paths
+
+
 def test_malformed_yaml_reports_line():
     text = "cluster:\n  name: lab\n  domain: [unclosed\nnodes: []\n"
     with pytest.raises(SpecError) as info:

@@ -173,8 +173,8 @@ def test_slurmd_stopped_is_an_inactive_unit(lab_plan):
     nodes = nodes_obs(gpu003={"units": {"slurmd.service": {"active": "inactive", "sub": "dead"}}})
     (f,) = compare(lab_plan, Observed(nodes=nodes)).findings
     assert f.line == ("gpu003: slurmd.service is inactive (dead), the plan has it running — "
-                      f"`systemctl start slurmd.service` on gpu003, or {UP}")
-    assert (f.kind, f.path, f.expected) == ("unit_inactive", "slurmd.service", "active")
+                      f"`systemctl start slurmd.service` on gpu003, or {UP} re-applies role slurm_compute")
+    assert (f.kind, f.path, f.expected, f.role) == ("unit_inactive", "slurmd.service", "active", "slurm_compute")
     assert f.observed == "ActiveState=inactive SubState=dead UnitFileState=enabled LoadState=loaded"
 
 
@@ -183,7 +183,7 @@ def test_mount_unit_removed(lab_plan):
     files = files_of(FileChange("gpu002", "nfs_client", "Install the mount units as rendered", "created",
                                 "/etc/systemd/system/shared.mount", plan_only=15))
     assert lines(compare(lab_plan, Observed(nodes=nodes, files=files))) == [
-        f"gpu002: shared.mount does not exist, the plan has it enabled — {UP} installs it again",
+        f"gpu002: shared.mount does not exist, the plan has it enabled — {UP} re-applies role nfs_client",
         f"gpu002: /etc/systemd/system/shared.mount is missing — {UP} re-applies role nfs_client",
     ]
 
@@ -195,9 +195,9 @@ def test_an_inactive_nfs_mount_is_not_drift_but_a_disabled_one_is(lab_plan):
                       gpu001={"units": {"munge.service": {"file_state": "masked", "active": "inactive"}}})
     assert lines(compare(lab_plan, Observed(nodes=nodes))) == [
         (f"gpu001: munge.service is masked, the plan has it running — `systemctl unmask munge.service` on gpu001, "
-        f"then {UP}"),
+        f"then {UP} re-applies role munge"),
         (f"kw1: shared.mount is disabled at boot, the plan has it enabled — `systemctl enable shared.mount` on kw1, "
-        f"or {UP}"),
+        f"or {UP} re-applies role nfs_client"),
     ]
 
 

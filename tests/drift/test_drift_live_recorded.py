@@ -86,9 +86,9 @@ def test_live_drifted_units(plan):
     report = compare(plan, Observed(nodes=nodes(plan, gpu001="mount_removed", gpu002="slurmd_stopped")),
                      stack="drift")
     assert [f.line for f in report.findings] == [
-        f"gpu001: shared.mount does not exist, the plan has it enabled — {UP} installs it again",
+        f"gpu001: shared.mount does not exist, the plan has it enabled — {UP} re-applies role nfs_client",
         (f"gpu002: slurmd.service is inactive (dead), the plan has it running — `systemctl start slurmd.service` "
-        f"on gpu002, or {UP}"),
+        f"on gpu002, or {UP} re-applies role slurm_compute"),
     ]
 
 

@@ -105,3 +105,16 @@ def test_table_clean_errors_and_notes(lab_plan):
 def test_one_interface():
     assert isinstance(renderer_for(True), JsonRenderer)
     assert isinstance(renderer_for(False), TableRenderer)
+
+
+def test_drifted_roles_say_which_role_to_run_where():
+    findings = (
+        Finding("files", "gpu010", "file_changed", "m", role="slurm_compute", path="/etc/slurm/slurm.conf"),
+        Finding("files", "gpu2", "file_missing", "m", role="slurm_compute", path="/etc/slurm/gres.conf"),
+        Finding("nodes", "gpu2", "unit_inactive", "m", role="slurm_compute", path="slurmd.service"),
+        Finding("nodes", "ctl1", "unit_missing", "m", role="munge", path="munge.service"),
+        Finding("files", "gpu4", "unreachable", "m"),
+        Finding("slurm", "gpu2", "node_state", "m"),
+    )
+    assert DriftReport("lab", ("files", "nodes", "slurm"), findings).drifted_roles() == {
+        "munge": ("ctl1",), "slurm_compute": ("gpu2", "gpu010")}
