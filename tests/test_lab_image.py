@@ -119,7 +119,7 @@ def test_nodes_boot_systemd_and_resolve_each_other(podman_image):
                 "exec",
                 name,
                 "timeout",
-                "60",
+                "180",  # generous: boots take seconds, but CI machines can be loaded
                 "systemctl",
                 "is-system-running",
                 "--wait",
