@@ -42,16 +42,9 @@ class Context:
         return f"{self.artifacts_dir}/ansible/inventory.json"
 
 
-def _playbooks(parent: pulumi.ComponentResource, ctx: Context, component: str) -> list[str]:
-    """Declare this component's playbooks; their roles, in order."""
-    roles = []
+def declare_playbooks(ctx: Context, components: dict[str, pulumi.ComponentResource]) -> None:
+    """Every planned playbook, in table order, as a child of its component."""
     for pb in ctx.planned:
-        if pb.component != component:
-            continue
-        missing = [a for a in pb.after if a not in ctx.playbooks]
-        if missing:
-            raise ValueError(f"playbook {pb.role} waits for {missing}, declared in a later component")
-        nodes = [ctx.nodes[h] for h in pb.hosts]
         ctx.playbooks[pb.role] = Playbook(
             pb.role,
             roles=[pb.role],
@@ -64,10 +57,15 @@ def _playbooks(parent: pulumi.ComponentResource, ctx: Context, component: str) -
             root=ctx.root,
             vars=pb.vars,
             secret_vars={var: ctx.secrets[name] for var, name in pb.secrets},
-            opts=pulumi.ResourceOptions(parent=parent, depends_on=[*(ctx.playbooks[a] for a in pb.after), *nodes]),
+            opts=pulumi.ResourceOptions(
+                parent=components[pb.component],
+                depends_on=[*(ctx.playbooks[a] for a in pb.after), *(ctx.nodes[h] for h in pb.hosts)],
+            ),
         )
-        roles.append(pb.role)
-    return roles
+
+
+def _roles(ctx: Context, component: str) -> list[str]:
+    return [pb.role for pb in ctx.planned if pb.component == component]
 
 
 class Fabric(pulumi.ComponentResource):
@@ -76,7 +74,7 @@ class Fabric(pulumi.ComponentResource):
     def __init__(self, name: str, ctx: Context, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("railyard:cluster:Fabric", name, None, opts)
         plan = ctx.plan
-        networks = {
+        self.networks = {
             spec.name: Network(spec.name.removeprefix(f"railyard-{plan.name}-"), spec,
                                opts=pulumi.ResourceOptions(parent=self))
             for spec in machines.lab_networks(plan)
@@ -86,18 +84,18 @@ class Fabric(pulumi.ComponentResource):
             props: dict[str, Any] = to_props(spec)
             deps: list[pulumi.Resource] = []
             if isinstance(spec, PodmanNode):
-                deps = [networks[a.network] for a in spec.attachments]
+                deps = [self.networks[a.network] for a in spec.attachments]
             if isinstance(spec, RedfishNode):
                 bmc = plan.spec.nodes[node.group_index].provision.bmc
                 assert bmc is not None
                 props["bmc"]["password"] = resolve_output(bmc.password.ref)
             ctx.nodes[node.name] = Node(node.name, props, pulumi.ResourceOptions(parent=self, depends_on=deps))
-        roles = _playbooks(self, ctx, "fabric")
-        self.node_names = [n.name for n in plan.nodes]
+
+    def finish(self, ctx: Context) -> None:
         self.register_outputs({
-            "networks": sorted(networks),
-            "nodes": {n: ctx.nodes[n].address for n in self.node_names},
-            "roles": roles,
+            "networks": sorted(self.networks),
+            "nodes": {name: node.address for name, node in ctx.nodes.items()},
+            "roles": _roles(ctx, "fabric"),
         })
 
 
@@ -106,13 +104,14 @@ class SharedStorage(pulumi.ComponentResource):
 
     def __init__(self, name: str, ctx: Context, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("railyard:cluster:SharedStorage", name, None, opts)
+
+    def finish(self, ctx: Context) -> None:
         st = ctx.plan.storage
-        roles = _playbooks(self, ctx, "storage")
         self.register_outputs({
             "nfs_server": st.nfs_server,
             "exports": [e.path for e in st.exports],
             "mounts": {m.where: m.what for m in st.mounts},
-            "roles": roles,
+            "roles": _roles(ctx, "storage"),
         })
 
 
@@ -121,21 +120,21 @@ class SlurmPartition(pulumi.ComponentResource):
 
     def __init__(self, name: str, ctx: Context, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("railyard:cluster:SlurmPartition", name, None, opts)
-        s = ctx.plan.slurm
-        assert s is not None
-        ref = ctx.plan.spec.partitions.slurm.munge_key if ctx.plan.spec.partitions.slurm else None
-        if ref is not None:
-            ctx.secrets["munge"] = resolve_output(ref.ref)  # base64 of the key, like the generated one
+        slurm = ctx.plan.spec.partitions.slurm
+        if slurm is not None and slurm.munge_key is not None:
+            ctx.secrets["munge"] = resolve_output(slurm.munge_key.ref)  # base64, like the generated one
         else:
             key = Key("munge-key", "munge", MUNGE_KEY_BYTES, opts=pulumi.ResourceOptions(parent=self))
             ctx.secrets["munge"] = key.value
-        roles = _playbooks(self, ctx, "slurm")
-        self.controller = s.controllers[0]
+
+    def finish(self, ctx: Context) -> None:
+        s = ctx.plan.slurm
+        assert s is not None
         self.register_outputs({
-            "controller": self.controller,
+            "controller": s.controllers[0],
             "login": list(s.login),
             "partitions": {p.name: p.hostlist for p in s.partitions},
-            "roles": roles,
+            "roles": _roles(ctx, "slurm"),
         })
 
 
@@ -144,11 +143,12 @@ class KubernetesPartition(pulumi.ComponentResource):
 
     def __init__(self, name: str, ctx: Context, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("railyard:cluster:KubernetesPartition", name, None, opts)
+
+    def finish(self, ctx: Context) -> None:
         k = ctx.plan.kubernetes
         assert k is not None
-        roles = _playbooks(self, ctx, "kubernetes")
         self.register_outputs({
             "control_plane": list(k.control_plane),
             "workers": list(k.workers),
-            "roles": roles,
+            "roles": _roles(ctx, "kubernetes"),
         })

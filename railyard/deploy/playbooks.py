@@ -1,7 +1,8 @@
 """Which role runs where, after what, on which inputs: one table, and pure planning over it.
 
 Each role becomes one ``railyard:ansible:Playbook`` over its inventory group (Ansible's
-forks do the per-host fan-out). The Playbook's ``digest`` covers the role's files,
+forks do the per-host fan-out). Roles whose hosts overlap run one after the other in
+table order; roles on disjoint hosts run side by side. The Playbook's ``digest`` covers the role's files,
 ansible.cfg, the rendered artifacts the role reads and the host variables of its hosts:
 a change to any of them re-runs exactly that role. Roles whose directory does not exist
 yet are skipped with a note; whatever depended on them then waits for *their*
@@ -35,14 +36,15 @@ class Step:
     secrets: tuple[tuple[str, str], ...] = ()
 
 
-# Order matters only for readability: dependencies are explicit in ``after``.
-# Storage comes before Slurm because compute and login nodes mount it.
+# Order: roles whose hosts overlap run in this order (see plan_playbooks); ``after`` adds
+# the dependencies that hold across hosts (NFS server before its clients, slurmctld
+# before slurmd and the login node).
 STEPS: tuple[Step, ...] = (
     Step("common", "all", (), ("ansible/inventory.json",), "fabric"),
+    Step("munge", "slurm", ("common",), (), "slurm", (("munge_key", "munge"),)),
     Step("nfs_server", "nfs_server", ("common",), ("storage/exports", "storage/ganesha.conf"), "storage"),
     Step("nfs_client", "nfs_client", ("nfs_server",), ("storage/units/*",), "storage"),
     Step("lustre_client", "lustre_client", ("common",), ("storage/units/*", "storage/lustre.conf"), "storage"),
-    Step("munge", "slurm", ("common",), (), "slurm", (("munge_key", "munge"),)),
     Step("slurm_controller", "slurm_controller", ("munge",), ("slurm/*",), "slurm"),
     Step("enroot", "slurm_compute:slurm_login", ("common",), ("enroot/*",), "slurm"),
     Step("slurm_compute", "slurm_compute",
@@ -181,6 +183,10 @@ def plan_playbooks(
         if not (role_path / "tasks" / "main.yml").is_file():
             notes.append(f"role {step.role} skipped: {role_path.relative_to(root)}/tasks/main.yml does not exist yet")
             continue
+        # One role at a time on a host, as in one playbook: two plays on one host race
+        # (apt and dpkg locks, a cache one play updates while the other reads it).
+        # Disjoint host sets still run in parallel (e.g. nfs_server next to munge).
+        deps += [p.role for p in planned.values() if p.role not in deps and set(p.hosts) & set(hosts)]
         hv = {h: plan.inventory.hostvars[h] for h in hosts}
         digest = step_digest(step, tree_digest(role_path), config_digest, artifacts, hv)
         role_vars = ROLE_VARS.get(step.role, lambda _p: {})(plan)

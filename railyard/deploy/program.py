@@ -22,6 +22,7 @@ from railyard.deploy.components import (
     KubernetesPartition,
     SharedStorage,
     SlurmPartition,
+    declare_playbooks,
 )
 from railyard.deploy.playbooks import plan_playbooks
 from railyard.render import digest, render, write
@@ -82,12 +83,14 @@ def program(plan: Plan, root: Path = ROOT) -> Context:
         pulumi.log.info(note)
     ctx = Context(plan=plan, root=str(root), artifacts_dir=str(adir), planned=planned)
 
-    Fabric(plan.name, ctx)
-    SharedStorage(plan.name, ctx)
+    components: dict[str, Any] = {"fabric": Fabric(plan.name, ctx), "storage": SharedStorage(plan.name, ctx)}
     if plan.slurm is not None:
-        SlurmPartition(plan.name, ctx)
+        components["slurm"] = SlurmPartition(plan.name, ctx)
     if plan.kubernetes is not None:
-        KubernetesPartition(plan.name, ctx)
+        components["kubernetes"] = KubernetesPartition(plan.name, ctx)
+    declare_playbooks(ctx, components)
+    for component in components.values():
+        component.finish(ctx)
 
     pulumi.export("cluster", plan.name)
     pulumi.export("controller", plan.slurm.controllers[0] if plan.slurm else None)

@@ -115,6 +115,18 @@ def _inspect(kind: str, name: str) -> dict[str, Any] | None:
     return data[0] if data else None
 
 
+def _remove_container(name: str, tries: int = 3) -> None:
+    """``podman rm --force``, again if needed: podman 4.3 can fail when the container stops
+    during its stop timeout ("could not be stopped ... container state improper: stopped")."""
+    for attempt in range(tries):
+        proc = _podman("rm", "--force", "--time", "2", name, check=False)
+        if proc.returncode == 0 or _inspect("container", name) is None:
+            return
+        if attempt == tries - 1:
+            raise DriverError(f"podman rm {name} failed (exit {proc.returncode}): {proc.stderr.strip()}")
+        time.sleep(1)
+
+
 def _labels(info: dict[str, Any]) -> dict[str, str]:
     """Containers say Config.Labels, volumes Labels, networks labels."""
     return info.get("Labels") or info.get("labels") or (info.get("Config") or {}).get("Labels") or {}
@@ -166,7 +178,7 @@ class PodmanDriver:
     def ensure_absent(self, node: PodmanNode, log: Log = quiet, keep_volumes: bool = False) -> None:
         if _inspect("container", node.container) is not None:
             log(f"{node.container}: removing the container")
-            _podman("rm", "--force", "--time", "2", node.container)
+            _remove_container(node.container)
         if not keep_volumes:
             for vol in node.volumes:
                 _podman("volume", "rm", "--force", vol.name, check=False)
@@ -253,7 +265,7 @@ def cleanup(cluster: str, log: Log = quiet) -> None:
     """Remove everything labelled with the cluster: the lab's last resort, and the tests'."""
     for name in labelled("container", cluster):
         log(f"removing container {name}")
-        _podman("rm", "--force", "--time", "2", name)
+        _remove_container(name)
     for name in labelled("network", cluster):
         log(f"removing network {name}")
         _podman("network", "rm", name, check=False)

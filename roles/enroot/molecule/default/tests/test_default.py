@@ -146,26 +146,26 @@ def test_unreachable_source_fails_clearly(kind):
     assert "enroot_package_required: false" in got["msg"]  # and says how to converge anyway
 
 
-# The install itself cannot run with the real package here, so it runs with a stand-in: a
-# .deb built by the test (labelled as such in its description) that depends on jq, one of
-# enroot's real dependencies, so apt must resolve it from the mirror.
+# The install itself cannot run with the real package here, so it runs with stand-ins: .debs
+# built by the test (labelled as such in their descriptions); the one for the path source
+# depends on jq, one of enroot's real dependencies, so apt must resolve it from the mirror.
+# Verify is the last step before destroy: nothing is purged afterwards.
 STANDIN = "railyard-package-standin"
 
 
-@pytest.fixture(scope="module")
-def standin_deb(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("standin")
-    pkg = root / "pkg"
+def build_deb(root: Path, name: str, depends: str | None) -> Path:
+    pkg = root / name
     (pkg / "DEBIAN").mkdir(parents=True)
-    (pkg / "usr/share/doc" / STANDIN).mkdir(parents=True)
-    (pkg / "usr/share/doc" / STANDIN / "README").write_text("stand-in payload, not enroot\n")
+    (pkg / "usr/share/doc" / name).mkdir(parents=True)
+    (pkg / "usr/share/doc" / name / "README").write_text("stand-in payload, not enroot\n")
     (pkg / "DEBIAN" / "control").write_text(
-        f"Package: {STANDIN}\nVersion: 1.0\nArchitecture: all\nDepends: jq\n"
-        "Maintainer: railyard tests <tests@railyard.invalid>\n"
+        f"Package: {name}\nVersion: 1.0\nArchitecture: all\n"
+        + (f"Depends: {depends}\n" if depends else "")
+        + "Maintainer: railyard tests <tests@railyard.invalid>\n"
         "Description: stand-in payload for the package-source install path (not enroot)\n"
     )
-    deb = root / "srv" / f"{STANDIN}_1.0_all.deb"
-    deb.parent.mkdir()
+    deb = root / "srv" / f"{name}_1.0_all.deb"
+    deb.parent.mkdir(exist_ok=True)
     subprocess.run(
         ["dpkg-deb", "--root-owner-group", "--build", str(pkg), str(deb)],
         check=True,
@@ -174,34 +174,36 @@ def standin_deb(tmp_path_factory) -> Path:
     return deb
 
 
-@pytest.fixture
-def fresh_standin(host):
-    """Each install test starts without the stand-in (jq, its dependency, stays: cached)."""
-    clean = f"apt-get purge -y {STANDIN}; rm -f /var/cache/railyard/packages/{STANDIN}_*"
-    host.run(clean)
-    yield
-    host.run(clean)
+@pytest.fixture(scope="module")
+def standins(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("standin")
+    return {
+        "path": build_deb(root, f"{STANDIN}-path", "jq"),
+        "url": build_deb(root, f"{STANDIN}-url", None),
+    }
 
 
-def test_install_from_a_path_with_a_stand_in(host, standin_deb, fresh_standin):
+def test_install_from_a_path_with_a_stand_in(host, standins):
     """path source: copied from the controller, installed with its dependencies, and a second
     run changes nothing."""
-    source = {"enroot_package": {"path": str(standin_deb)}, "enroot_package_required": True}
+    source = {"enroot_package": {"path": str(standins["path"])}, "enroot_package_required": True}
     first = run_role("enroot", source, "enroot_install", check=False)
     assert first["rc"] == 0, first
-    assert host.package(STANDIN).is_installed and host.package("jq").is_installed
+    assert host.package(f"{STANDIN}-path").is_installed and host.package("jq").is_installed
     again = run_role("enroot", source, "enroot_install", check=False)
     assert again["rc"] == 0 and again["changed"] == 0, again
 
 
-def test_install_from_a_url_with_a_stand_in(host, standin_deb, fresh_standin):
+def test_install_from_a_url_with_a_stand_in(host, standins):
     """url source: probed and fetched by the node from an HTTP server on the podman gateway."""
+    deb = standins["url"]
+    network = os.environ.get("RAILYARD_MOLECULE_NETWORK", "railyard-molecule")
     gw = subprocess.run(
         [
             "podman",
             "network",
             "inspect",
-            os.environ.get("RAILYARD_MOLECULE_NETWORK", "railyard-molecule"),
+            network,
             "--format",
             "{{range .Subnets}}{{.Gateway}}{{end}}",
         ],
@@ -209,13 +211,11 @@ def test_install_from_a_url_with_a_stand_in(host, standin_deb, fresh_standin):
         capture_output=True,
         text=True,
     ).stdout.strip()
-    handler = functools.partial(
-        http.server.SimpleHTTPRequestHandler, directory=str(standin_deb.parent)
-    )
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(deb.parent))
     server = http.server.ThreadingHTTPServer((gw, 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        url = f"http://{gw}:{server.server_port}/{standin_deb.name}"
+        url = f"http://{gw}:{server.server_port}/{deb.name}"
         got = run_role(
             "enroot",
             {"enroot_package": {"url": url}, "enroot_package_required": True},
@@ -225,20 +225,18 @@ def test_install_from_a_url_with_a_stand_in(host, standin_deb, fresh_standin):
     finally:
         server.shutdown()
     assert got["rc"] == 0, got
-    assert host.package(STANDIN).is_installed
-    assert host.file(f"/var/cache/railyard/packages/{standin_deb.name}").exists
+    assert host.package(f"{STANDIN}-url").is_installed
+    assert host.file(f"/var/cache/railyard/packages/{deb.name}").exists
 
 
 def test_install_from_apt_with_a_stand_in(host):
     """apt source: looked up in the node's repositories and installed (tree stands in)."""
-    host.run("apt-get purge -y tree")
+    assert not host.package("tree").is_installed
     got = run_role(
         "enroot",
         {"enroot_package": {"apt": "tree"}, "enroot_package_required": True},
         "enroot_install",
         check=False,
     )
-    installed = host.package("tree").is_installed
-    host.run("apt-get purge -y tree")
     assert got["rc"] == 0, got
-    assert installed and got["changed"] > 0
+    assert host.package("tree").is_installed

@@ -120,8 +120,13 @@ def test_unit_verifies(host, unit):
 def test_client_installed(host):
     if not host.file("/sbin/mount.lustre").exists:
         pytest.skip(
-            f"Lustre client not installed: the lab's package source is {LAB_SOURCE} "
-            "and Debian has none; LNet options and units are verified instead"
+            "Lustre client not installed: "
+            + (
+                f"the lab's package source {LAB_SOURCE} is unreachable here"
+                if LAB_SOURCE
+                else "the lab spec gives no storage.lustre.package"
+            )
+            + " and Debian has no Lustre client; LNet options and units are verified instead"
         )
     assert host.run("lctl --version").rc == 0
 
