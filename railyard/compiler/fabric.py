@@ -19,9 +19,8 @@ import itertools
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from railyard.compiler.nodes import Node
+from railyard.compiler.nodes import Node, hostlist_field
 from railyard.errors import Problem
-from railyard.hostlist import HostlistError, expand
 from railyard.spec import Cluster, Explicit, RailOptimized
 
 TIERS = ("leaf", "spine", "core")
@@ -83,10 +82,10 @@ def _rail_optimized(
     sus: list[tuple[str, list[str]]] = []
     if spec.scalable_units is not None:
         for i, su in enumerate(spec.scalable_units):
-            sus.append((su.name, _names(su.nodes, f"{base}.scalable_units[{i}].nodes", nodes, problems)))
+            sus.append((su.name, hostlist_field(su.nodes, f"{base}.scalable_units[{i}].nodes", nodes, problems)))
     else:
         assert spec.nodes is not None and spec.nodes_per_su is not None
-        flat = _names(spec.nodes, f"{base}.nodes", nodes, problems)
+        flat = hostlist_field(spec.nodes, f"{base}.nodes", nodes, problems)
         step = spec.nodes_per_su
         sus = [(f"su{i // step + 1}", flat[i : i + step]) for i in range(0, len(flat), step)]
 
@@ -204,18 +203,6 @@ def _explicit(
                 )
             )
     return switches, links
-
-
-def _names(value: str, path: str, nodes: dict[str, Node], problems: list[Problem]) -> list[str]:
-    try:
-        names = expand(value)
-    except HostlistError as exc:
-        problems.append(Problem(path, f"{exc}; write e.g. gpu[001-032]"))
-        return []
-    unknown = [n for n in names if n not in nodes]
-    if unknown:
-        problems.append(Problem(path, f"{', '.join(unknown[:5])} not nodes of this spec; add them under 'nodes' or fix the names"))
-    return [n for n in names if n in nodes]
 
 
 # ---------------------------------------------------------------- checks and hierarchy
@@ -390,7 +377,7 @@ def _nvlink(
         su_of = {n: su.name for su in sus for n in su.nodes}
         seen: dict[str, str] = {}
         for i, dom in enumerate(spec.domains):
-            members = _names(dom.nodes, f"{base}.domains[{i}].nodes", nodes, problems)
+            members = hostlist_field(dom.nodes, f"{base}.domains[{i}].nodes", nodes, problems)
             for n in members:
                 if n in seen:
                     problems.append(Problem(f"{base}.domains[{i}].nodes", f"{n} is also in NVLink domain {seen[n]}; a node is in one domain"))
