@@ -192,6 +192,19 @@ def test_storage_artifacts(lab_plan):
     assert "Access_Type = RO;" in dgx["storage/ganesha.conf"]
 
 
+def test_each_host_gets_its_own_mount_units(lab):
+    """host_vars name the units of the mounts whose clients include the host, by type."""
+    lab["storage"]["nfs"]["exports"].append({"path": "/export/scratch"})
+    lab["storage"]["nfs"]["mounts"].append(
+        {"export": "/export/scratch", "mount_point": "/scratch", "clients": "gpu[001-002]"})
+    hv = loads_plan(yaml.safe_dump(lab), "t.yaml").inventory.hostvars
+    assert hv["gpu001"]["railyard_mount_units"] == {"lustre": ["lustre-lab.mount"],
+                                                    "nfs": ["shared.mount", "scratch.mount"]}
+    assert hv["gpu003"]["railyard_mount_units"] == {"lustre": ["lustre-lab.mount"], "nfs": ["shared.mount"]}
+    assert hv["ctl1"]["railyard_mount_units"] == {"nfs": ["shared.mount"]}
+    assert "railyard_mount_units" not in hv["nfs1"]  # the server mounts nothing
+
+
 @pytest.mark.parametrize("path", ["/shared", "/lustre/lfs1", "/home/a-b", "/x/.hidden", "/data/gpu_1", "/a//b/"])
 def test_mount_unit_names_match_systemd_escape(path):
     tool = shutil.which("systemd-escape")

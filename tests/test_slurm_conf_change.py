@@ -117,3 +117,13 @@ def test_slurm_action_on_copy_results(conf):
     assert sc.slurm_action([{"changed": True, "dest": "/etc/slurm/slurm.conf", "diff": [{}]}]) == "restart"
     # first install (no before)
     assert sc.slurm_action([{"changed": True, "dest": "/etc/slurm/slurm.conf", "diff": [{"before": "", "after": conf}]}]) == "restart"
+
+
+def test_slurm_action_check_mode_results_name_the_file_by_item(conf):
+    """In check mode copy reports no dest; the loop item (a file name) decides."""
+    check = {"changed": True, "item": "slurm.conf",
+             "diff": [{"before": conf, "after": edit(conf, "SlurmdPort=6818", "SlurmdPort=7000")}]}
+    topo = {"changed": True, "item": "topology.conf", "diff": [{"before": "a", "after": "b"}]}
+    assert sc.slurm_action([topo]) == "reconfigure"
+    assert sc.slurm_action([topo, check]) == "restart"
+    assert sc.slurm_action([{"changed": True, "item": {"dest": "/etc/slurm/topology.conf"}}]) == "reconfigure"

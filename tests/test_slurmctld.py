@@ -11,24 +11,12 @@ import yaml
 from railyard.hostlist import expand
 from railyard.render import render, write
 from railyard.spec import loads_plan
-from tests.conftest import LAB, ROOT
+from tests.conftest import ROOT
 from tests.support.slurmhost import SlurmHost, slurm_missing_reason
+from tests.support.topology import expected_topology
 
 MISSING = slurm_missing_reason()
 pytestmark = [pytest.mark.slurm, pytest.mark.skipif(MISSING is not None, reason=f"no Slurm on this host: {MISSING}")]
-
-
-def expected_topology(plan) -> dict[str, tuple[int, frozenset[str], frozenset[str]]]:
-    """switch -> (level, all nodes below it, child switches), as scontrol reports them."""
-    out: dict[str, tuple[int, frozenset[str], frozenset[str]]] = {}
-    for sw in plan.slurm.switches:  # leaves first, parents after their children
-        if sw.nodes:
-            out[sw.name] = (0, frozenset(expand(sw.nodes)), frozenset())
-        else:
-            kids = expand(sw.switches)
-            level = 1 + max(out[k][0] for k in kids)
-            out[sw.name] = (level, frozenset().union(*(out[k][1] for k in kids)), frozenset(kids))
-    return out
 
 
 def observed_topology(host: SlurmHost) -> dict[str, tuple[int, frozenset[str], frozenset[str]]]:

@@ -78,11 +78,15 @@ def compile_inventory(
     for n in nodes:
         for role in n.roles:
             add(role, n.name)
+    # Which rendered units (storage/units/<unit>) each client host gets, by type: a spec
+    # may mount different filesystems on different nodes.
+    mounts_of: dict[str, dict[str, list[str]]] = {}
     for mount in storage.mounts:
         for host in mount.clients:
             group = "nfs_client" if mount.type == "nfs" else "lustre_client"
             if host not in groups.get(group, []):
                 add(group, host)
+            mounts_of.setdefault(host, {}).setdefault(mount.type, []).append(mount.unit)
     if slurm is not None:
         for part in slurm.partitions:
             for host in expand(part.hostlist):
@@ -120,6 +124,9 @@ def compile_inventory(
             hv["railyard_gpus"] = _gpus(hw.gpus)
         if k8s is not None and n.name in k8s.labels:
             hv["railyard_node_labels"] = k8s.labels[n.name]
+        mounts = mounts_of.get(n.name)
+        if mounts:
+            hv["railyard_mount_units"] = mounts
         hostvars[n.name] = hv
     return Inventory(
         groups={k: tuple(v) for k, v in sorted(groups.items())},

@@ -27,6 +27,7 @@ from railyard.drivers.podman import cleanup, labelled
 from railyard.render import render
 from railyard.spec import load_plan
 from tests.conftest import LAB, ROOT
+from tests.support.topology import expected_topology, observed_topology
 
 pytestmark = [pytest.mark.e2e, pytest.mark.podman]
 CLUSTER = "lab"
@@ -122,14 +123,13 @@ def test_up_from_clean(stack: dict) -> None:
 def test_slurm_job_runs_on_4_nodes(stack: dict) -> None:
     plan = load_plan(LAB)
     planned, _notes = plan_playbooks(plan, ROOT, render(plan))
-    missing = [r for r in SLURM_ROLES if r not in {p.role for p in planned}]
-    if missing:
-        msg = f"roles not written yet: {', '.join(missing)} (roles/<role>/tasks/main.yml); no Slurm to run a job on"
-        print(f"SKIP: {msg}", file=sys.stderr)
-        pytest.skip(msg)
+    assert set(SLURM_ROLES) <= {p.role for p in planned}, "the lab plan must run every Slurm role"
     proc = _podman("exec", "railyard-lab-login1", "srun", "-N4", "hostname", check=False)
     assert proc.returncode == 0, proc.stderr
     assert sorted(proc.stdout.split()) == ["gpu001", "gpu002", "gpu003", "gpu004"]
+    # the live topology is the plan's: every switch with its nodes and children
+    topo = _podman("exec", "railyard-lab-login1", "scontrol", "show", "topology").stdout
+    assert observed_topology(topo) == expected_topology(plan), topo
 
 
 def test_no_change_preview_and_refresh(stack: dict) -> None:

@@ -6,27 +6,15 @@ reads with libnfs (userspace, `nfs-cat`). The kernel mount itself is skipped wit
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from pathlib import Path
 
 import pytest
 import testinfra
 import yaml
 
-ROOT = next(
-    p for p in Path(__file__).resolve().parents if (p / "tests/support/molecule.py").is_file()
-)
-_spec = importlib.util.spec_from_file_location(
-    "railyard_molecule", ROOT / "tests/support/molecule.py"
-)
-support = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = support  # dataclasses look their module up there
-_spec.loader.exec_module(support)
+from tests.support.verify import ARTIFACTS
 
-VARIANT = os.environ.get("RAILYARD_MOLECULE_VARIANT", "lab")
-ARTIFACTS = support.artifacts_dir(VARIANT)
 _INVENTORY = yaml.safe_load(Path(os.environ["MOLECULE_INVENTORY_FILE"]).read_text())
 SERVER_NAME = next(iter(_INVENTORY["nfs_server"]["hosts"]))
 CLIENT_NAME = next(iter(_INVENTORY["nfs_client"]["hosts"]))

@@ -8,11 +8,9 @@ render of the lab plan (plan.json), never from literals here.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import re
-import sys
 import time
 from pathlib import Path
 
@@ -21,18 +19,8 @@ import testinfra
 import yaml
 from ClusterShell.NodeSet import NodeSet
 
-ROOT = next(
-    p for p in Path(__file__).resolve().parents if (p / "tests/support/molecule.py").is_file()
-)
-_spec = importlib.util.spec_from_file_location(
-    "railyard_molecule", ROOT / "tests/support/molecule.py"
-)
-support = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = support  # dataclasses look their module up there
-_spec.loader.exec_module(support)
+from tests.support.verify import ARTIFACTS
 
-VARIANT = os.environ.get("RAILYARD_MOLECULE_VARIANT", "lab")
-ARTIFACTS = support.artifacts_dir(VARIANT)
 PLAN = json.loads((ARTIFACTS / "plan.json").read_text())
 GROUPS = PLAN["inventory_groups"]
 CONTROLLER = GROUPS["slurm_controller"][0]

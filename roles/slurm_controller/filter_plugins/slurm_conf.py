@@ -176,7 +176,10 @@ def slurm_action(results: list[dict[str, Any]], conf_name: str = "slurm.conf") -
     for res in results or []:
         if not res.get("changed"):
             continue
-        dest = str(res.get("dest") or res.get("item", {}).get("dest", ""))
+        item = res.get("item")
+        # A loop over file names (configure.yml) or over {dest: ...} maps; in check mode
+        # copy may return no dest, so the item decides.
+        dest = str(res.get("dest") or (item.get("dest", "") if isinstance(item, dict) else item or ""))
         if dest.rsplit("/", 1)[-1] == conf_name:
             diffs = res.get("diff") or []
             diff = diffs[0] if isinstance(diffs, list) and diffs else (diffs or {})

@@ -4,31 +4,18 @@ package source fails (the lab's source is unreachable here, so the binary is not
 from __future__ import annotations
 
 import functools
-import hashlib
 import http.server
-import importlib.util
-import json
 import os
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import pytest
 import yaml
 
-ROOT = next(
-    p for p in Path(__file__).resolve().parents if (p / "tests/support/molecule.py").is_file()
-)
-_spec = importlib.util.spec_from_file_location(
-    "railyard_molecule", ROOT / "tests/support/molecule.py"
-)
-support = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = support  # dataclasses look their module up there
-_spec.loader.exec_module(support)
+from tests.support import molecule as support
+from tests.support.verify import ARTIFACTS, run_role, sha256
 
-VARIANT = os.environ.get("RAILYARD_MOLECULE_VARIANT", "lab")
-ARTIFACTS = support.artifacts_dir(VARIANT)
 SPEC = yaml.safe_load(support.LAB_SPEC.read_text())
 LAB_SOURCE = SPEC["partitions"]["slurm"]["enroot"]["package"]
 # testinfra's podman backend: a `podman exec` per check instead of an Ansible run (~1.5 s).
@@ -39,56 +26,6 @@ testinfra_hosts = [
     ]
 ]
 SHARED_DIRS = ["/run/enroot", "/var/lib/enroot/cache", "/var/lib/enroot/data"]
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def run_role(role: str, extra_vars: dict, tags: str, check: bool = True) -> dict:
-    """Run *role* (only *tags*, in check mode unless told) against the instance.
-
-    Returns the first failed task's name and message, and how many tasks changed. Check mode
-    and the install tag keep the instance as converge left it: the probes are read-only, and
-    the play stops before anything is installed.
-    """
-    playbook = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / f"{role}-source.yml"
-    playbook.write_text(
-        yaml.safe_dump([{"name": "source", "hosts": "all", "gather_facts": False, "roles": [role]}])
-    )
-    inventory = str(Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent)
-    out = subprocess.run(
-        [
-            "ansible-playbook",
-            "-i",
-            inventory,
-            *(["--check"] if check else []),
-            "--tags",
-            tags,
-            "-e",
-            json.dumps(extra_vars),
-            str(playbook),
-        ],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"},
-    )
-    # Callbacks enabled in ansible.cfg (profile_tasks) print around the JSON document.
-    start = 0 if out.stdout.startswith("{") else out.stdout.index("\n{") + 1
-    result, _ = json.JSONDecoder().raw_decode(out.stdout, start)
-    changed = sum(s["changed"] for s in result["stats"].values())
-    for task in result["plays"][0]["tasks"]:
-        for res in task["hosts"].values():
-            if res.get("failed"):
-                return {
-                    "rc": out.returncode,
-                    "task": task["task"]["name"],
-                    "msg": res["msg"],
-                    "changed": changed,
-                }
-    return {"rc": out.returncode, "task": None, "msg": "", "changed": changed}
 
 
 def test_enroot_conf_is_the_rendered_one(host):

@@ -3,28 +3,16 @@ kernel mount is skipped with its reason where the kernel has no NFS (as here).""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-ROOT = next(
-    p for p in Path(__file__).resolve().parents if (p / "tests/support/molecule.py").is_file()
-)
-_spec = importlib.util.spec_from_file_location(
-    "railyard_molecule", ROOT / "tests/support/molecule.py"
-)
-support = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = support  # dataclasses look their module up there
-_spec.loader.exec_module(support)
+from tests.support.verify import ARTIFACTS
 
-VARIANT = os.environ.get("RAILYARD_MOLECULE_VARIANT", "lab")
-ARTIFACTS = support.artifacts_dir(VARIANT)
 UNITS = {
     p.name: dict(line.split("=", 1) for line in p.read_text().splitlines() if "=" in line)
     for p in sorted((ARTIFACTS / "storage" / "units").glob("*.mount"))

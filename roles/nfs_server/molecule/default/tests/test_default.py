@@ -4,31 +4,18 @@ another node is molecule/nfs."""
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import json
 import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-ROOT = next(
-    p for p in Path(__file__).resolve().parents if (p / "tests/support/molecule.py").is_file()
-)
-_spec = importlib.util.spec_from_file_location(
-    "railyard_molecule", ROOT / "tests/support/molecule.py"
-)
-support = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = support  # dataclasses look their module up there
-_spec.loader.exec_module(support)
+from tests.support.verify import ARTIFACTS, journal, sha256
 
-VARIANT = os.environ.get("RAILYARD_MOLECULE_VARIANT", "lab")
-ARTIFACTS = support.artifacts_dir(VARIANT)
 EXPORTS = sorted(
     {
         line.split()[0]
@@ -46,16 +33,8 @@ testinfra_hosts = [
 ]
 
 
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def kernel_nfsd(host) -> bool:
     return "nfsd" in host.file("/proc/filesystems").content_string.split()
-
-
-def journal(host, unit: str) -> str:
-    return host.run(f"journalctl -u {unit} --no-pager -n 40").stdout
 
 
 @pytest.fixture

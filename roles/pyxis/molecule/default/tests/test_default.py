@@ -4,29 +4,15 @@ none; it is built per Slurm release), so the plugin itself is not tested here.""
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-ROOT = next(
-    p for p in Path(__file__).resolve().parents if (p / "tests/support/molecule.py").is_file()
-)
-_spec = importlib.util.spec_from_file_location(
-    "railyard_molecule", ROOT / "tests/support/molecule.py"
-)
-support = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = support  # dataclasses look their module up there
-_spec.loader.exec_module(support)
+from tests.support import molecule as support
+from tests.support.verify import ARTIFACTS, run_role, sha256
 
-VARIANT = os.environ.get("RAILYARD_MOLECULE_VARIANT", "lab")
-ARTIFACTS = support.artifacts_dir(VARIANT)
 RENDERED = ARTIFACTS / "slurm" / "plugstack.conf.d" / "pyxis.conf"
 SPEC = yaml.safe_load(support.LAB_SPEC.read_text())
 LAB_SOURCE = SPEC["partitions"]["slurm"]["pyxis"]["package"]
@@ -45,49 +31,6 @@ testinfra_hosts = [
         "hosts"
     ]
 ]
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def run_role(role: str, extra_vars: dict, tags: str) -> dict:
-    """Run *role* (only *tags*, in check mode) against the instance; the failed task's result.
-
-    Check mode and the install tag keep the instance as converge left it: the probes are
-    read-only, and the play stops before anything is installed.
-    """
-    playbook = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / f"{role}-source.yml"
-    playbook.write_text(
-        yaml.safe_dump([{"name": "source", "hosts": "all", "gather_facts": False, "roles": [role]}])
-    )
-    inventory = str(Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent)
-    out = subprocess.run(
-        [
-            "ansible-playbook",
-            "-i",
-            inventory,
-            "--check",
-            "--tags",
-            tags,
-            "-e",
-            json.dumps(extra_vars),
-            str(playbook),
-        ],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"},
-    )
-    # Callbacks enabled in ansible.cfg (profile_tasks) print around the JSON document.
-    start = 0 if out.stdout.startswith("{") else out.stdout.index("\n{") + 1
-    result, _ = json.JSONDecoder().raw_decode(out.stdout, start)
-    for task in result["plays"][0]["tasks"]:
-        for res in task["hosts"].values():
-            if res.get("failed"):
-                return {"rc": out.returncode, "task": task["task"]["name"], "msg": res["msg"]}
-    return {"rc": out.returncode, "task": None, "msg": ""}
 
 
 def test_plugstack_includes_conf_d(host):

@@ -1,0 +1,75 @@
+"""What molecule's testinfra verifiers share: node checks that explain their failures.
+
+Verifiers import it as ``from tests.support import verify`` (pyproject's pytest
+``pythonpath`` puts the repo on sys.path, and molecule's pytest finds that config).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support import molecule as support
+
+VARIANT = os.environ.get("RAILYARD_MOLECULE_VARIANT", "lab")
+ARTIFACTS = support.artifacts_dir(VARIANT)
+SLURM_FILES = ("slurm.conf", "topology.conf", "gres.conf", "cgroup.conf")
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def journal(host, unit: str) -> str:
+    """The unit's last journal lines, to append to a failure message."""
+    out = host.run(f"journalctl -u {unit} --no-pager -n 50")
+    return f"\n--- journalctl -u {unit} on {host.backend.get_hostname()} ---\n{out.stdout}{out.stderr}"
+
+
+def assert_running(host, unit: str) -> None:
+    svc = host.service(unit)
+    if not (svc.is_running and svc.is_enabled):
+        pytest.fail(f"{unit}: running={svc.is_running} enabled={svc.is_enabled}{journal(host, unit)}")
+
+
+def assert_slurm_files(host, names: tuple[str, ...] = SLURM_FILES) -> None:
+    """/etc/slurm/<name> is the rendered file, byte for byte, root-owned and 0644."""
+    for name in names:
+        f = host.file(f"/etc/slurm/{name}")
+        assert f.exists and f.sha256sum == sha256(ARTIFACTS / "slurm" / name), name
+        assert f.mode == 0o644 and f.user == "root", name
+
+
+def run_role(role: str, extra_vars: dict, tags: str, check: bool = True) -> dict:
+    """Run *role* (only *tags*, in check mode unless told) against the scenario's instances.
+
+    Returns the exit code, the first failed task's name and message, and how many tasks
+    changed. Check mode with an install tag leaves the instance as converge left it.
+    """
+    playbook = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / f"{role}-source.yml"
+    playbook.write_text(
+        yaml.safe_dump([{"name": "source", "hosts": "all", "gather_facts": False, "roles": [role]}])
+    )
+    inventory = str(Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent)
+    out = subprocess.run(
+        ["ansible-playbook", "-i", inventory, *(["--check"] if check else []),
+         "--tags", tags, "-e", json.dumps(extra_vars), str(playbook)],
+        check=False, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"},
+    )
+    # Callbacks enabled in ansible.cfg (profile_tasks) print around the JSON document.
+    start = 0 if out.stdout.startswith("{") else out.stdout.index("\n{") + 1
+    result, _ = json.JSONDecoder().raw_decode(out.stdout, start)
+    changed = sum(s["changed"] for s in result["stats"].values())
+    for task in result["plays"][0]["tasks"]:
+        for res in task["hosts"].values():
+            if res.get("failed"):
+                return {"rc": out.returncode, "task": task["task"]["name"], "msg": res["msg"],
+                        "changed": changed}
+    return {"rc": out.returncode, "task": None, "msg": "", "changed": changed}
