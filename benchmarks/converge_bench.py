@@ -64,7 +64,7 @@ def scenario(size: int, linear: bool, pipelining: bool) -> tuple[Path, str, dict
     if sdir.exists():
         shutil.rmtree(sdir)
     sdir.mkdir(parents=True)
-    conn = str(ROOT / "tests/support/ansible_plugins/connection") if pipelining else str(sdir / "none")
+    conn = str(ROOT / "plugins/connection") if pipelining else str(sdir / "none")
     config = {
         "platforms": platforms,
         "ansible": {"env": {"ANSIBLE_ROLES_PATH": str(ROOT / "roles"), "ANSIBLE_CONNECTION_PLUGINS": conn}},

@@ -14,6 +14,8 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,7 +83,33 @@ ROLE_VARS: dict[str, Callable[[Plan], dict[str, Any]]] = {
 
 # The pipelining podman connection (module runs ~3x faster than containers.podman's,
 # which has none); looked for in these places, first found wins.
-PODMAN_CONNECTION_DIRS = ("plugins/connection", "tests/support/ansible_plugins/connection")
+PODMAN_CONNECTION_DIRS = ("plugins/connection",)
+
+
+def runner_settings(root: Path, inventory: str, private_dir: Path) -> tuple[list[str], dict[str, str]]:
+    """Inventory sources and environment for one ansible-runner run in *private_dir*.
+
+    The repository's ansible.cfg and roles, this virtualenv's Ansible, no colour, and for
+    container hosts the pipelining podman connection (one ``podman exec`` per module
+    instead of four) through a second inventory source written into *private_dir*.
+    """
+    bindir = str(Path(sys.executable).parent)
+    inventories = [inventory]
+    env = {
+        "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
+        "ANSIBLE_ROLES_PATH": str(root / "roles"),
+        "PATH": f"{bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}",  # this venv's ansible
+        "ANSIBLE_FORCE_COLOR": "0",
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    plugins = connection_plugin_dir(root)
+    overrides = podman_overrides(json.loads(Path(inventory).read_text())) if plugins else {}
+    if overrides:
+        extra = private_dir / "podman-connection.json"
+        extra.write_text(json.dumps(overrides))
+        inventories.append(str(extra))
+        env.update(ANSIBLE_CONNECTION_PLUGINS=str(plugins), ANSIBLE_PIPELINING="true")
+    return inventories, env
 
 
 def connection_plugin_dir(root: Path) -> Path | None:

@@ -19,7 +19,6 @@ import json
 import os
 import shlex
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -317,7 +316,7 @@ class CollectorError(RuntimeError):
 class FilesRun:
     """What one check-mode run needs; built by :func:`prepare_files`, pure but for the disk."""
 
-    playbook: str
+    playbooks: tuple[tuple[str, str], ...]  # (role, its check-mode playbook), in STEPS order
     inventory: str
     extravars: dict[str, Any]
     hosts: tuple[str, ...]
@@ -348,7 +347,7 @@ def prepare_files(plan: Plan, root: Path, secrets: Mapping[str, str]) -> FilesRu
         extravars.update({var: secrets[name] for var, name in pb.secrets})
     hosts = tuple(dict.fromkeys(h for pb in runnable for h in pb.hosts))
     return FilesRun(
-        playbook=check_playbook((pb.role, pb.group) for pb in runnable),
+        playbooks=tuple((pb.role, check_playbook([(pb.role, pb.group)])) for pb in runnable),
         inventory=f"{adir}/ansible/inventory.json",
         extravars=extravars,
         hosts=hosts,
@@ -357,9 +356,23 @@ def prepare_files(plan: Plan, root: Path, secrets: Mapping[str, str]) -> FilesRu
     )
 
 
-def run_check_mode(run: FilesRun, root: Path, timeouts: Timeouts) -> tuple[list[dict[str, Any]], Any]:
-    """ansible-playbook --check --diff; events stay in memory (never on disk: no_log or not)."""
+# How many roles are checked at once: the runs mostly wait on their hosts.
+FILES_PARALLEL = 2
+
+
+def run_check_mode(run: FilesRun, root: Path, timeouts: Timeouts) -> list[tuple[str, list[dict[str, Any]], Any]]:
+    """Every role's playbook with ``--check --diff``, :data:`FILES_PARALLEL` at a time:
+    ``[(role, events, (status, rc, tail))]`` in the run's order. Events stay in memory
+    (never on disk: no_log or not)."""
+    with ThreadPoolExecutor(max_workers=FILES_PARALLEL) as pool:
+        futures = [pool.submit(_check_one, playbook, run, root, timeouts) for _role, playbook in run.playbooks]
+        return [(role, *fut.result()) for (role, _), fut in zip(run.playbooks, futures, strict=True)]
+
+
+def _check_one(playbook: str, run: FilesRun, root: Path, timeouts: Timeouts) -> tuple[list[dict[str, Any]], Any]:
     import ansible_runner
+
+    from railyard.deploy.playbooks import runner_settings
 
     events: list[dict[str, Any]] = []
 
@@ -367,29 +380,25 @@ def run_check_mode(run: FilesRun, root: Path, timeouts: Timeouts) -> tuple[list[
         events.append(event)
         return False
 
-    bindir = str(Path(sys.executable).parent)
     with tempfile.TemporaryDirectory(prefix="railyard-drift-") as tmp:
         os.chmod(tmp, 0o700)
         (Path(tmp) / "project").mkdir()
-        (Path(tmp) / "project" / "site.yml").write_text(run.playbook)
+        (Path(tmp) / "project" / "site.yml").write_text(playbook)
+        # The same inventories, roles and connection as the Playbook resources use.
+        inventories, envvars = runner_settings(root, run.inventory, Path(tmp))
         result = ansible_runner.run(
             private_data_dir=tmp,
             playbook="site.yml",
-            inventory=run.inventory,
+            inventory=inventories,
             extravars=run.extravars,
             cmdline="--check --diff",
             quiet=True,
             event_handler=keep,
             timeout=int(timeouts.files),
             envvars={
-                "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
-                "ANSIBLE_ROLES_PATH": str(root / "roles"),
-                "PATH": f"{bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-                "ANSIBLE_GATHERING": "smart",  # facts once per host, not once per play
+                **envvars,
                 "ANSIBLE_TIMEOUT": str(int(timeouts.command)),  # connection
                 "ANSIBLE_TASK_TIMEOUT": str(int(timeouts.files)),
-                "ANSIBLE_FORCE_COLOR": "0",
-                "ANSIBLE_NOCOLOR": "1",
                 "ANSIBLE_RETRY_FILES_ENABLED": "0",
             },
         )
@@ -405,18 +414,21 @@ def run_check_mode(run: FilesRun, root: Path, timeouts: Timeouts) -> tuple[list[
 
 def collect_files(plan: Plan, *, root: Path = ROOT, secrets: Mapping[str, str] | None = None,
                   timeouts: Timeouts = Timeouts()) -> tuple[FilesObservation, list[str]]:
-    from railyard.drift.files import summarize_events
+    from railyard.drift.files import merge_summaries, summarize_events
 
     run = prepare_files(plan, root, secrets or {})
     if not run.roles:
         return FilesObservation(hosts=(), roles=()), run.notes
-    events, (status, rc, tail) = run_check_mode(run, root, timeouts)
-    if status == "timeout":
-        raise CollectorError(f"ansible-playbook --check did not finish within {timeouts.files:.0f}s")
-    summary = summarize_events(events)
-    if not summary.finished:
-        raise CollectorError(f"ansible-playbook --check stopped early ({status}, exit {rc})" +
-                             (f": {tail}" if tail else ""))
+    summaries = []
+    for role, events, (status, rc, tail) in run_check_mode(run, root, timeouts):
+        if status == "timeout":
+            raise CollectorError(f"role {role}: ansible-playbook --check did not finish within {timeouts.files:.0f}s")
+        summary = summarize_events(events)
+        if not summary.finished:
+            raise CollectorError(f"role {role}: ansible-playbook --check stopped early ({status}, exit {rc})" +
+                                 (f": {tail}" if tail else ""))
+        summaries.append(summary)
+    summary = merge_summaries(summaries)
     return FilesObservation(
         hosts=run.hosts,
         roles=run.roles,

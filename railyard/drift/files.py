@@ -1,12 +1,13 @@
-"""The files layer, pure half: the check-mode playbook, and ansible-runner events -> changes.
+"""The files layer, pure half: the check-mode playbooks, and ansible-runner events -> changes.
 
-The collector runs every planned role with ``--check --diff`` in *one* ansible-playbook
-run, one play per role over the same inventory group the Pulumi Playbook resource uses,
-with the same variables at the same precedence (extravars). One run instead of one per
-role: facts are gathered once per host (``ANSIBLE_GATHERING=smart``), one process starts
-instead of ten. Each play has ``ignore_errors: true`` so a role that fails in check mode on
-a host does not hide the other roles on that host; the failure is reported, and whatever
-that role did after it on that host is not (it ran on a broken premise).
+The collector runs every planned role with ``--check --diff`` through ansible-runner, one
+play per role over the same inventory group the Pulumi Playbook resource uses, with the
+same variables at the same precedence (extravars). Check mode changes nothing, so the
+roles need no order: each runs as its own ansible-playbook, several at once (the hosts
+wait on ``podman exec`` or ssh far more than on the controller). Each play has
+``ignore_errors: true`` so a role that fails in check mode on a host does not hide the rest
+of the run; the failure is reported, and whatever that role did after it on that host is
+not (it ran on a broken premise).
 
 Each changed task result becomes one :class:`FileChange` per host and path: what kind of
 change (a file that differs, is missing, should not be there, has other attributes; a
@@ -35,9 +36,11 @@ PLAY_PREFIX = "railyard: "
 
 
 def check_playbook(plays: Iterable[tuple[str, str]]) -> str:
-    """One play per (role, inventory pattern), in order. JSON is YAML."""
+    """One play per (role, inventory pattern), in order, as the Playbook resources run them
+    (no implicit facts: each role gathers what it needs; free strategy). JSON is YAML."""
     out = [
-        {"name": f"{PLAY_PREFIX}{role}", "hosts": group, "roles": [role], "ignore_errors": True}
+        {"name": f"{PLAY_PREFIX}{role}", "hosts": group, "gather_facts": False, "strategy": "free",
+         "roles": [role], "ignore_errors": True}
         for role, group in plays
     ]
     return json.dumps(out, indent=1) + "\n"
@@ -195,6 +198,23 @@ def unreachable_reason(res: dict[str, Any]) -> str:
     if status and status.group(0) not in first:
         first = f"{first}; {status.group(0)}"
     return _clip(first)
+
+
+def merge_summaries(summaries: Iterable[EventSummary]) -> EventSummary:
+    """One summary of several runs (one per role): changes and failures in run order, a
+    host unreachable once, finished only when every run reached its recap."""
+    parts = list(summaries)
+    unreachable: dict[str, Unreachable] = {}
+    for part in parts:
+        for u in part.unreachable:
+            unreachable.setdefault(u.host, u)
+    return EventSummary(
+        changes=tuple(c for part in parts for c in part.changes),
+        failures=tuple(f for part in parts for f in part.failures),
+        unreachable=tuple(unreachable.values()),
+        seen=tuple(dict.fromkeys(h for part in parts for h in part.seen)),
+        finished=all(part.finished for part in parts),
+    )
 
 
 def summarize_events(events: Iterable[dict[str, Any]]) -> EventSummary:
