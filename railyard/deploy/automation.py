@@ -125,7 +125,8 @@ def load_stack_plan(stack: str, work_dir: Path = ROOT) -> Plan:
     return load_plan(stack_spec(stack, work_dir))
 
 
-def open_stack(stack: str = LAB_STACK, work_dir: Path = ROOT, plan: Plan | None = None) -> Any:
+def open_stack(stack: str = LAB_STACK, work_dir: Path = ROOT, plan: Plan | None = None,
+               remediate: dict[str, tuple[str, ...]] | None = None) -> Any:
     from pulumi import automation as auto
 
     plan = plan or load_stack_plan(stack, work_dir)
@@ -139,7 +140,7 @@ def open_stack(stack: str = LAB_STACK, work_dir: Path = ROOT, plan: Plan | None 
         pulumi_command=auto.PulumiCommand(root=str(bin_dir.parent)),
     )
     return auto.create_or_select_stack(
-        stack_name=stack, project_name=PROJECT, program=lambda: program(plan), opts=opts
+        stack_name=stack, project_name=PROJECT, program=lambda: program(plan, remediate=remediate), opts=opts
     )
 
 
@@ -163,13 +164,46 @@ def preview(stack: str = LAB_STACK, *, expect_no_changes: bool = False, work_dir
     )
 
 
-def up(stack: str = LAB_STACK, *, refresh: bool = False, work_dir: Path = ROOT,
+def up(stack: str = LAB_STACK, *, refresh: bool = False, remediate: bool = True, work_dir: Path = ROOT,
        on_output: Output = _print) -> Any:
-    """``refresh=True`` reads the real state first (``pulumi up --refresh``): nodes that
-    vanished or stopped since the last run are brought back in the same run."""
+    """Create or update the cluster.
+
+    ``refresh=True`` reads the real state first (``pulumi up --refresh``): nodes that
+    vanished or stopped since the last run are brought back in the same run.
+    ``remediate`` (on a stack that was deployed before): run the drift check's nodes and
+    files layers first; roles re-run on exactly the hosts where they would change
+    something, and a node finding turns the refresh on.
+    """
     plan = load_stack_plan(stack, work_dir)
     _ensure_lab_image(plan, on_output)
-    return open_stack(stack, work_dir, plan).up(on_output=on_output, color="never", refresh=refresh)
+    drifted: dict[str, tuple[str, ...]] = {}
+    if remediate and _deployed(open_stack(stack, work_dir, plan)):
+        drifted, node_drift = find_drift(stack, plan, work_dir, on_output)
+        refresh = refresh or node_drift
+    return open_stack(stack, work_dir, plan, remediate=drifted).up(
+        on_output=on_output, color="never", refresh=refresh)
+
+
+def _deployed(stack: Any) -> bool:
+    """True when the stack holds resources from an earlier up."""
+    return len(stack.export_stack().deployment.get("resources") or []) > 1
+
+
+def find_drift(stack: str, plan: Plan, work_dir: Path, on_output: Output) -> tuple[dict[str, tuple[str, ...]], bool]:
+    """(role -> drifted hosts, whether any node drifted) from the drift check's nodes and
+    files layers; an incomplete check is said, and what it did find is still remediated."""
+    from railyard.drift.collect import collect, spec_secrets, stack_secrets
+    from railyard.drift.compare import compare
+
+    on_output(f"railyard: drift check of stack {stack} (nodes, files) before the update")
+    secrets = {**stack_secrets(stack, work_dir), **spec_secrets(plan)}
+    report = compare(plan, collect(plan, ("nodes", "files"), secrets=secrets), stack=stack)
+    for line in [f.line for f in report.findings] + [e.message for e in report.errors]:
+        on_output(f"railyard: drift: {line}")
+    drifted = report.drifted_roles()
+    for role, hosts in drifted.items():
+        on_output(f"railyard: re-running role {role} on {', '.join(hosts)}")
+    return drifted, any(f.layer == "nodes" for f in report.findings)
 
 
 def refresh(stack: str = LAB_STACK, *, expect_no_changes: bool = False, work_dir: Path = ROOT,
@@ -246,7 +280,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         code = _run(lambda: preview(args.stack))
         if code != exitcodes.OK or not _confirm(f"Apply these changes to stack {args.stack}?"):
             return code or exitcodes.ERROR
-    return _run(lambda: up(args.stack, refresh=args.refresh))
+    return _run(lambda: up(args.stack, refresh=args.refresh, remediate=not args.no_drift_check))
 
 
 def cmd_preview(args: argparse.Namespace) -> int:
@@ -286,4 +320,7 @@ def add_commands(subparsers: Any) -> None:
         if name == "up":
             p.add_argument("--refresh", action="store_true",
                            help="read the real state first: bring back nodes that vanished or stopped")
+            p.add_argument("--no-drift-check", action="store_true",
+                           help="skip the drift check that finds the hosts to re-run roles on "
+                                "(roles then re-run only where their inputs changed)")
         p.set_defaults(func=func)

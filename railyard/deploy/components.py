@@ -36,6 +36,8 @@ class Context:
     nodes: dict[str, Node] = field(default_factory=dict)
     playbooks: dict[str, Playbook] = field(default_factory=dict)
     secrets: dict[str, pulumi.Output[str]] = field(default_factory=dict)
+    # role -> hosts where the drift check found the role would change something
+    remediate: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def inventory(self) -> str:
@@ -57,6 +59,7 @@ def declare_playbooks(ctx: Context, components: dict[str, pulumi.ComponentResour
             root=ctx.root,
             vars=pb.vars,
             secret_vars={var: ctx.secrets[name] for var, name in pb.secrets},
+            remediate=[h for h in ctx.remediate.get(pb.role, ()) if h in pb.hosts],
             opts=pulumi.ResourceOptions(
                 parent=components[pb.component],
                 depends_on=[*(ctx.playbooks[a] for a in pb.after), *(ctx.nodes[h] for h in pb.hosts)],

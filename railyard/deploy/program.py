@@ -75,13 +75,15 @@ def topology_summary(plan: Plan) -> dict[str, Any]:
     return out
 
 
-def program(plan: Plan, root: Path = ROOT) -> Context:
+def program(plan: Plan, root: Path = ROOT, remediate: dict[str, tuple[str, ...]] | None = None) -> Context:
+    """*remediate*: role -> hosts to re-run it on (a drift report's ``drifted_roles``)."""
     artifacts = render(plan)
     adir = write_artifacts(root, plan, artifacts)
     planned, notes = plan_playbooks(plan, root, artifacts)
     for note in notes:
         pulumi.log.info(note)
-    ctx = Context(plan=plan, root=str(root), artifacts_dir=str(adir), planned=planned)
+    ctx = Context(plan=plan, root=str(root), artifacts_dir=str(adir), planned=planned,
+                  remediate=dict(remediate or {}))
 
     components: dict[str, Any] = {"fabric": Fabric(plan.name, ctx), "storage": SharedStorage(plan.name, ctx)}
     if plan.slurm is not None:

@@ -84,7 +84,8 @@ def _fake_root(tmp_path: Path) -> Path:
 
 
 def run_program(spec: Path, root: Path, config: dict[str, str] | None = None,
-                secret_keys: list[str] | None = None) -> list[Registered]:
+                secret_keys: list[str] | None = None,
+                remediate: dict[str, tuple[str, ...]] | None = None) -> list[Registered]:
     from railyard.deploy.program import program
 
     monitor = RecordingMonitor(Mocks())
@@ -94,7 +95,7 @@ def run_program(spec: Path, root: Path, config: dict[str, str] | None = None,
 
     @pulumi.runtime.test
     def declare() -> pulumi.Output[Any]:
-        ctx = program(plan, root)
+        ctx = program(plan, root, remediate=remediate)
         return pulumi.Output.all(*(r.urn for r in [*ctx.nodes.values(), *ctx.playbooks.values()]))
 
     declare()
@@ -222,3 +223,12 @@ def test_redfish_passwords_are_secret(tmp_path: Path) -> None:
         assert "hunter2" in json.dumps(node.inputs)  # the driver gets it ...
         assert "hunter2" not in json.dumps(_plain(node.inputs))  # ... as a secret only
     assert not _by(graph, NETWORK)  # no lab networks for real machines
+
+
+def test_drifted_hosts_reach_their_playbooks_only(tmp_path: Path) -> None:
+    """A drift report's role -> hosts becomes each Playbook's remediate input (its own hosts)."""
+    graph = run_program(LAB, _fake_root(tmp_path), remediate={"slurm_compute": ("gpu002", "ctl1"), "munge": ("ctl1",)})
+    books = _by(graph, PLAYBOOK)
+    assert books["slurm_compute"].inputs["remediate"] == ["gpu002"]  # ctl1 is not a compute node
+    assert books["munge"].inputs["remediate"] == ["ctl1"]
+    assert books["common"].inputs["remediate"] == []

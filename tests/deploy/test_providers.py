@@ -65,6 +65,27 @@ def test_playbook_ignores_where_artifacts_live() -> None:
     assert p.diff("munge", outs, {**moved, "digest": "d2"}).changes
 
 
+def test_playbook_reruns_where_the_drift_check_found_drift(monkeypatch) -> None:
+    """remediate hosts force an update that runs on those hosts only, and are not kept."""
+    from railyard.deploy.providers import playbook
+
+    p = PlaybookProvider()
+    two = {**PLAYBOOK, "hosts": ["ctl1", "gpu001"], "instances": {"ctl1": "i1", "gpu001": "i2"}, "secret_vars": {}}
+    outs = p.outputs(two, {"recap": {}})
+    assert not p.diff("munge", outs, {**two, "remediate": []}).changes
+    drifted = {**two, "remediate": ["gpu001"]}
+    assert p.diff("munge", outs, drifted).changes
+    runs: list[list[str] | None] = []
+    monkeypatch.setattr(playbook, "run", lambda _props, _log, limit=None: runs.append(limit) or {})
+    after = p.update("munge", outs, drifted).outs
+    assert runs == [["gpu001"]]
+    assert "remediate" not in after  # the next run without drift changes nothing
+    assert not p.diff("munge", after, {**two, "remediate": []}).changes
+    # a recreated host and a drifted one: both, once
+    p.update("munge", outs, {**drifted, "instances": {"ctl1": "i9", "gpu001": "i2"}})
+    assert runs[-1] == ["ctl1", "gpu001"]
+
+
 def test_key_is_made_once() -> None:
     k = KeyProvider()
     created = k.create({"purpose": "munge", "length": 1024.0, "value": None})  # numbers arrive as floats

@@ -108,8 +108,9 @@ class Provider(ResourceProvider):
     def replaces(self, changed: list[str], olds: dict[str, Any], news: dict[str, Any]) -> list[str]:
         return []
 
-    def drifted(self, olds: dict[str, Any]) -> bool:
-        """True when the observed state (after a refresh) needs an update to match the inputs."""
+    def drifted(self, olds: dict[str, Any], news: dict[str, Any]) -> bool:
+        """True when the real state needs an update to match the inputs: observed after a
+        refresh (in ``olds``) or reported by a drift check (in ``news``)."""
         return False
 
     # ------------------------------------------------------------ generic parts
@@ -132,7 +133,7 @@ class Provider(ResourceProvider):
         changed = self.changed_keys(olds, news)
         replaces = self.replaces(changed, olds, news) if changed else []
         return DiffResult(
-            changes=bool(changed) or self.drifted(olds),
+            changes=bool(changed) or self.drifted(olds, news),
             replaces=replaces,
             stables=[],
             delete_before_replace=bool(replaces),

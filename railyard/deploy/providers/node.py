@@ -45,7 +45,7 @@ class NodeProvider(Provider):
             return []
         return [k for k in changed if k not in NOT_REPLACING]
 
-    def drifted(self, olds: dict[str, Any]) -> bool:
+    def drifted(self, olds: dict[str, Any], _news: dict[str, Any]) -> bool:
         return olds.get("exists") is False or olds.get("power") != "on"
 
     def _up(self, props: dict[str, Any]) -> dict[str, Any]:

@@ -10,15 +10,17 @@
   (changed/failed/unreachable lines and a recap are kept, ok/skipped are transient).
 * A changed digest, group or variable re-runs the role on all its hosts; only new or
   recreated nodes (``instances``) re-run it on those hosts alone.
-* ``read`` echoes: whether hosts still match the role is the drift check's job
-  (``--check --diff``), too slow for every refresh.
+* ``remediate``: hosts where the drift check (``railyard drift``, the role in check mode)
+  found that the role would change something. ``railyard up`` runs that check first and
+  passes its hosts here: the role re-runs on exactly those hosts. The input is never kept
+  in the state, so the next run without drift is a no-change one.
+* ``read`` echoes: whether hosts still match the role is the drift check's job, too slow
+  for every refresh.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any, ClassVar
@@ -29,13 +31,13 @@ from pulumi.dynamic import CheckFailure, CreateResult, ReadResult, Resource, Upd
 from railyard.deploy.playbooks import (
     Progress,
     changed_hosts,
-    connection_plugin_dir,
     playbook_yaml,
-    podman_overrides,
+    runner_settings,
 )
 from railyard.deploy.providers.base import LOG_URN, Provider, ResourceLog, log_urn, sha256_json
 
 STATE_KEYS = ("recap",)
+REMEDIATE = "remediate"
 # Where things are, not what they are: their content is in ``digest``.
 LOCATION_KEYS = frozenset({"root", "inventory", "artifacts_dir"})
 
@@ -46,10 +48,10 @@ class PlaybookError(RuntimeError):
 
 class PlaybookProvider(Provider):
     state_keys: ClassVar[frozenset[str]] = frozenset(STATE_KEYS)
-    ignore_keys: ClassVar[frozenset[str]] = frozenset({LOG_URN}) | LOCATION_KEYS
+    ignore_keys: ClassVar[frozenset[str]] = frozenset({LOG_URN, REMEDIATE}) | LOCATION_KEYS
 
     def comparable(self, inputs: dict[str, Any]) -> dict[str, Any]:
-        out = {k: v for k, v in inputs.items() if k != "secret_vars"}
+        out = {k: v for k, v in inputs.items() if k not in ("secret_vars", REMEDIATE)}
         if "secret_vars" in inputs:
             out["secret_vars_sha256"] = sha256_json(inputs["secret_vars"])
         return out
@@ -65,14 +67,22 @@ class PlaybookProvider(Provider):
         stats = run(props, ResourceLog(props.get(LOG_URN)))
         return CreateResult(props["name"], self.outputs(props, {"recap": stats}))
 
+    def drifted(self, _olds: dict[str, Any], news: dict[str, Any]) -> bool:
+        return bool(news.get(REMEDIATE))
+
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
         log = ResourceLog(news.get(LOG_URN))
         changed = set(self.changed_keys(olds, news))
         if changed <= {"instances", "hosts"}:
-            limit = changed_hosts(olds, news)
+            new_hosts = changed_hosts(olds, news)
+            drifted = [h for h in news.get(REMEDIATE) or [] if h not in new_hosts]
+            limit = sorted(set(new_hosts) | set(drifted))
             if not limit:
                 return UpdateResult(self.outputs(news, {"recap": olds.get("recap") or {}}))
-            log(f"new or recreated hosts: running on {', '.join(limit)} only")
+            if new_hosts:
+                log(f"new or recreated hosts: running on {', '.join(new_hosts)}")
+            if drifted:
+                log(f"drifted from the plan: running on {', '.join(drifted)}")
             stats = run(news, log, limit)
             return UpdateResult(self.outputs(news, {"recap": {**(olds.get("recap") or {}), **stats}}))
         log(f"changed: {', '.join(sorted(changed))}")
@@ -98,8 +108,6 @@ def run(props: dict[str, Any], log: ResourceLog, limit: list[str] | None = None)
             (log.status if kind == "status" else log)(text)
         return False  # keep events (and anything in them) off the disk
 
-    bindir = str(Path(sys.executable).parent)
-    plugins = connection_plugin_dir(root)
     extravars = {**(props.get("vars") or {}), **(props.get("secret_vars") or {}),
                  "railyard_artifacts_dir": props["artifacts_dir"]}
     with tempfile.TemporaryDirectory(prefix="railyard-ansible-") as tmp:
@@ -107,11 +115,7 @@ def run(props: dict[str, Any], log: ResourceLog, limit: list[str] | None = None)
         project = Path(tmp) / "project"
         project.mkdir()
         (project / "site.yml").write_text(playbook_yaml(props["group"], roles))
-        inventories = [props["inventory"]]
-        overrides = podman_overrides(json.loads(Path(props["inventory"]).read_text())) if plugins else {}
-        if overrides:
-            (Path(tmp) / "podman-connection.json").write_text(json.dumps(overrides))
-            inventories.append(str(Path(tmp) / "podman-connection.json"))
+        inventories, envvars = runner_settings(root, props["inventory"], Path(tmp))
         log.status(f"ansible-playbook {', '.join(roles)} on {props['group']}"
                    + (f" (limit {','.join(limit)})" if limit else ""))
         result = ansible_runner.run(
@@ -122,15 +126,7 @@ def run(props: dict[str, Any], log: ResourceLog, limit: list[str] | None = None)
             limit=",".join(limit) if limit else None,
             quiet=True,
             event_handler=on_event,
-            envvars={
-                "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
-                "ANSIBLE_ROLES_PATH": str(root / "roles"),
-                "PATH": f"{bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}",  # this venv's ansible
-                "ANSIBLE_FORCE_COLOR": "0",
-                "ANSIBLE_NOCOLOR": "1",
-                # The pipelining podman connection: one `podman exec` per module instead of four.
-                **({"ANSIBLE_CONNECTION_PLUGINS": str(plugins), "ANSIBLE_PIPELINING": "true"} if plugins else {}),
-            },
+            envvars=envvars,
         )
         if result.rc != 0 or result.status != "successful":
             tail = "" if progress.failures else _tail(result)
@@ -167,6 +163,7 @@ class Playbook(Resource, module="railyard/ansible", name="Playbook"):
         root: str,
         vars: dict[str, Any] | None = None,
         secret_vars: pulumi.Input[dict[str, Any]] | None = None,
+        remediate: list[str] | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         props = {
@@ -181,6 +178,7 @@ class Playbook(Resource, module="railyard/ansible", name="Playbook"):
             "inventory": inventory,
             "artifacts_dir": artifacts_dir,
             "root": root,
+            REMEDIATE: remediate or [],
             LOG_URN: log_urn(type(self), name, opts),
             "recap": None,
         }
