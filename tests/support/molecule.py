@@ -97,13 +97,19 @@ VARIANTS = {
 }
 
 
-def render(variant: str = "lab", out: Path | None = None) -> Path:
-    """Render a variant with railyard's own compiler (no re-derivation); returns the dir."""
-    from railyard import render as rrender
+def compiled(variant: str = "lab"):
+    """The variant's Plan, from railyard's own compiler (no re-derivation)."""
     from railyard.spec import loads_plan
 
     spec = VARIANTS[variant]()
-    plan = loads_plan(yaml.safe_dump(spec, sort_keys=False), source=f"<molecule:{variant}>")
+    return loads_plan(yaml.safe_dump(spec, sort_keys=False), source=f"<molecule:{variant}>")
+
+
+def render(variant: str = "lab", out: Path | None = None) -> Path:
+    """Render a variant into *out* (default: its artifacts dir); returns the dir."""
+    from railyard import render as rrender
+
+    plan = compiled(variant)
     out = out or artifacts_dir(variant)
     rrender.write(rrender.render(plan), out)
     return out

@@ -19,7 +19,9 @@ import testinfra
 import yaml
 from ClusterShell.NodeSet import NodeSet
 
-from tests.support.verify import ARTIFACTS
+from tests.support import molecule as support
+from tests.support.topology import expected_topology, observed_topology
+from tests.support.verify import ARTIFACTS, VARIANT
 
 PLAN = json.loads((ARTIFACTS / "plan.json").read_text())
 GROUPS = PLAN["inventory_groups"]
@@ -131,41 +133,10 @@ def test_sinfo_every_node_idle():
         pytest.fail(f"not idle: {bad} (sinfo: {states} {err}){details}")
 
 
-def _topology_from_scontrol(text: str) -> dict[str, tuple[frozenset, frozenset]]:
-    switches = {}
-    for line in text.splitlines():
-        fields = dict(re.findall(r"(\w+)=(\S+)", line))
-        if "SwitchName" not in fields:
-            continue
-        nodes = frozenset(NodeSet(fields["Nodes"])) if fields.get("Nodes") else frozenset()
-        kids = frozenset(NodeSet(fields["Switches"])) if fields.get("Switches") else frozenset()
-        switches[fields["SwitchName"]] = (nodes, kids)
-    return switches
-
-
-def _topology_from_plan() -> dict[str, tuple[frozenset, frozenset]]:
-    out = {}
-    for sw in PLAN["slurm"]["switches"]:
-        nodes = frozenset(NodeSet(sw["nodes"])) if sw.get("nodes") else frozenset()
-        kids = frozenset(NodeSet(sw["switches"])) if sw.get("switches") else frozenset()
-        out[sw["name"]] = (nodes, kids)
-    return out
-
-
 def test_topology_equals_plan():
+    """Every switch: its level, every node below it and its child switches."""
     out = run_ok(LOGIN, "scontrol show topology")
-    got = _topology_from_scontrol(out)
-    want = _topology_from_plan()
-    # scontrol lists, for a parent switch, every node below it: compare leaves' nodes and
-    # parents' children, and that a parent covers its children's nodes.
-    assert set(got) == set(want), (got, want)
-    for name, (nodes, kids) in want.items():
-        assert got[name][1] == kids, f"{name}: children {got[name][1]} != plan {kids}"
-        if nodes:
-            assert got[name][0] == nodes, f"{name}: nodes {got[name][0]} != plan {nodes}"
-        else:
-            below = frozenset().union(*(want[k][0] for k in kids))
-            assert got[name][0] == below, f"{name}: covers {got[name][0]} != {below}"
+    assert observed_topology(out) == expected_topology(support.compiled(VARIANT)), out
 
 
 def test_srun_four_hosts():
