@@ -264,7 +264,9 @@ def summarize_events(events: Iterable[dict[str, Any]]) -> EventSummary:
         if "results" in res:
             continue  # a loop's summary: its items came as runner_item_on_ok
         if "censored" in res:
-            changed = str(event.get("stdout") or "").lstrip().startswith("changed:")
+            # no_log hides `changed` too; the callback's line still says it, after the
+            # task banner the free strategy prints with a task's first result
+            changed = any(line.startswith("changed:") for line in str(event.get("stdout") or "").splitlines())
         else:
             changed = bool(res.get("changed"))
         if changed:

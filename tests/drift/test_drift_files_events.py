@@ -147,3 +147,15 @@ def test_check_playbook_one_play_per_role():
         {"name": "railyard: munge", "hosts": "slurm", "roles": ["munge"], **same},
         {"name": "railyard: pyxis", "hosts": "slurm_compute:slurm_login", "roles": ["pyxis"], **same},
     ]
+
+
+def test_no_log_change_after_the_free_strategys_task_banner():
+    """Live, the free strategy prints the task banner with a host's first result; no_log
+    has hidden `changed` from the result, so only the callback's line tells ok from changed."""
+    (censored,) = [e for e in events("drifted") if "censored" in ((e.get("event_data") or {}).get("res") or {})
+                   and e["event"] == "runner_on_ok"]
+    banner = "\r\nTASK [munge : Install the munge key] *******************************************\r\n"
+    for line, hidden in (("changed: [gpu003]", True), ("ok: [gpu003]", False)):
+        event = {**censored, "stdout": banner + line}
+        changes = summarize_events([event]).changes
+        assert [c.change for c in changes] == (["hidden"] if hidden else []), line
