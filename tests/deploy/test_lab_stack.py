@@ -3,8 +3,9 @@
 The stack lives in a temporary backend and work directory, so a developer's own lab
 state is never touched; the containers are the lab's real ones (railyard-lab-*), so the
 test refuses to run while a lab is already up. The steps run in file order and share
-one stack: up from clean -> Slurm job -> no-change preview and refresh -> a node removed
-by hand -> an interrupted up -> destroy leaves nothing.
+one stack: up from clean -> Slurm job -> no-change preview and refresh -> consecutive
+clean drift checks -> a node removed by hand -> an interrupted up -> a batch of injected
+drift found, remediated by `railyard up`, clean again -> destroy leaves nothing.
 """
 
 from __future__ import annotations
@@ -23,15 +24,18 @@ import pytest
 
 from railyard.deploy import automation
 from railyard.deploy.playbooks import plan_playbooks
+from railyard.drift.model import Finding
 from railyard.drivers.podman import cleanup, labelled
 from railyard.render import render
 from railyard.spec import load_plan
 from tests.conftest import LAB, ROOT
+from tests.support import faults
 from tests.support.topology import expected_topology, observed_topology
 
 pytestmark = [pytest.mark.e2e, pytest.mark.podman]
 CLUSTER = "lab"
 SLURM_ROLES = ("common", "munge", "slurm_controller", "slurm_compute", "slurm_login")
+CLEAN_CHECKS = 10  # issue 5: consecutive drift checks of a clean cluster, none may report drift
 TIMES: dict[str, float] = {}
 
 
@@ -142,6 +146,28 @@ def test_no_change_preview_and_refresh(stack: dict) -> None:
     assert set(refresh.summary.resource_changes or {}) == {"same"}
 
 
+def _drift(stack: dict, name: str) -> tuple[int, dict]:
+    """`railyard drift` as an operator runs it (every layer, --json); (exit code, document)."""
+    t0 = time.monotonic()
+    proc = subprocess.run([str(Path(sys.executable).parent / "railyard"), "drift", str(LAB), "--stack", CLUSTER, "--json"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
+    TIMES.setdefault(name, []).append(round(time.monotonic() - t0, 1))
+    stack["log"](f"--- drift ({name}): exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-2000:]}")
+    assert proc.returncode in (0, 2), f"the drift check could not finish ({proc.returncode}):\n{proc.stdout}{proc.stderr}"
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def _findings(doc: dict) -> list[Finding]:
+    return [Finding(**f) for f in doc["findings"]]
+
+
+def test_clean_cluster_has_no_drift(stack: dict) -> None:
+    for i in range(CLEAN_CHECKS):
+        code, doc = _drift(stack, "drift_clean_s")
+        assert (code, doc["status"], doc["findings"], doc["errors"]) == (0, "clean", [], []), f"check {i + 1}: {doc}"
+        assert doc["layers"] == ["nodes", "files", "slurm", "kubernetes"]
+
+
 def test_node_removed_by_hand_comes_back(stack: dict) -> None:
     log = stack["log"]
     before = _podman("inspect", "--format", "{{.Id}}", "railyard-lab-gpu003").stdout.strip()
@@ -149,7 +175,10 @@ def test_node_removed_by_hand_comes_back(stack: dict) -> None:
     refresh = _timed("refresh_node_gone_s", automation.refresh, CLUSTER, work_dir=stack["work"], on_output=log)
     assert refresh.summary.resource_changes.get("delete") == 1, log.tail()
     assert any("gpu003: gone" in line for line in log.lines)
-    up = _timed("up_one_node_back_s", automation.up, CLUSTER, work_dir=stack["work"], on_output=log)
+    # refresh already saw the node gone: this step is Pulumi's own recovery, without the
+    # drift check `railyard up` runs first (test_injected_drift_is_found_and_remediated has it)
+    up = _timed("up_one_node_back_s", automation.up, CLUSTER, remediate=False, work_dir=stack["work"],
+                on_output=log)
     assert up.summary.resource_changes.get("create") == 1, up.summary.resource_changes
     after = _podman("inspect", "--format", "{{.Id}}", "railyard-lab-gpu003").stdout.strip()
     assert after and after != before
@@ -168,7 +197,7 @@ def test_interrupted_up_converges(stack: dict) -> None:
         "import sys\n"
         "from pathlib import Path\n"
         "from railyard.deploy import automation as a\n"
-        "sys.exit(a._run(lambda: a.up('lab', refresh=True, work_dir=Path(sys.argv[1]))))\n"
+        "sys.exit(a._run(lambda: a.up('lab', refresh=True, remediate=False, work_dir=Path(sys.argv[1]))))\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", script, str(stack["work"])], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -183,12 +212,46 @@ def test_interrupted_up_converges(stack: dict) -> None:
     for line in rest.splitlines():
         log(line)
     assert proc.returncode != 0, "the interrupted up should not report success"
-    up = _timed("up_after_interrupt_s", automation.up, CLUSTER, refresh=True, work_dir=stack["work"], on_output=log)
+    up = _timed("up_after_interrupt_s", automation.up, CLUSTER, refresh=True, remediate=False,
+                work_dir=stack["work"], on_output=log)
     assert up.summary.result == "succeeded", log.tail()
     for name in gone:
         assert _podman("exec", f"railyard-lab-{name}", "hostname").stdout.strip() == name
     _timed("preview_after_interrupt_s", automation.preview, CLUSTER, expect_no_changes=True,
            work_dir=stack["work"], on_output=log)
+
+
+def test_injected_drift_is_found_and_remediated(stack: dict) -> None:
+    """Every fault of tests/support/faults.py in one batch -> one check finds each, with
+    its message, and nothing else -> `railyard up` (drift check, then the roles on the
+    drifted hosts, refresh for the deleted node) -> the next check shows only what up
+    leaves on purpose (the operator's drain) -> resumed by hand -> clean."""
+    log = stack["log"]
+    for fault in faults.FAULTS:
+        fault.inject()
+    code, doc = _drift(stack, "drift_injected_s")
+    found = _findings(doc)
+    assert code == 2 and doc["errors"] == [], doc
+    assert faults.missed(found, faults.FAULTS) == [], "\n".join(f.line for f in found)
+    assert faults.unexplained(found, faults.FAULTS) == [], "false alarms"
+    for f in found:
+        assert f.fix, f"{f.line}: no fix said"
+
+    up = _timed("up_remediate_s", automation.up, CLUSTER, work_dir=stack["work"], on_output=log)
+    assert up.summary.result == "succeeded", log.tail()
+    assert up.summary.resource_changes.get("create") == 1, up.summary.resource_changes  # kw1's container
+    assert any("re-running role munge on gpu004" in line for line in log.lines), log.tail()
+
+    kept = [f for f in faults.FAULTS if not f.remediated_by_up]
+    code, doc = _drift(stack, "drift_after_up_s")
+    left = _findings(doc)
+    assert faults.missed(left, kept) == [] and faults.unexplained(left, kept) == [], \
+        "\n".join(f.line for f in left)
+    _podman("exec", faults.container("ctl1"), "scontrol", "update", "nodename=gpu003", "state=resume")
+    code, doc = _drift(stack, "drift_after_resume_s")
+    assert (code, doc["findings"], doc["errors"]) == (0, [], []), doc
+    proc = _podman("exec", "railyard-lab-login1", "srun", "-N4", "hostname", check=False)
+    assert proc.returncode == 0 and sorted(proc.stdout.split()) == ["gpu001", "gpu002", "gpu003", "gpu004"], proc
 
 
 def test_destroy_leaves_nothing(stack: dict) -> None:
