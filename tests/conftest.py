@@ -32,11 +32,7 @@ def lab_plan():
 # Suites written but not yet proven green from a clean clone inside CI's limits. They are
 # skipped with the reason printed (never counted as passes) until that proof is made;
 # RAILYARD_RUN_WIP=1 runs them. Remove an entry only with a clean-clone `make test` run.
-WIP = {
-    "tests/test_molecule.py": "issue 3: molecule scenarios not yet verified from a clean clone within CI time",
-    "tests/drivers/test_podman.py": "issue 4: podman node driver suite not yet verified from a clean clone",
-    "tests/deploy/test_lab_stack.py": "issue 4: lab-stack end-to-end (real engine) not yet verified from a clean clone",
-}
+WIP: dict[str, str] = {}  # path -> reason; empty: every suite is proven
 
 
 def pytest_collection_modifyitems(config, items):
