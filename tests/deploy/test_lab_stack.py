@@ -89,6 +89,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
             print(f"destroy in teardown failed: {exc}", file=sys.stderr)
         cleanup(CLUSTER)  # whatever destroy left: never leave containers behind
         mp.undo()
+        # pytest shows teardown output only on failure: the figures also go to a file
+        log_path.with_name("timings.json").write_text(json.dumps(TIMES, indent=1) + "\n")
         print(f"\nlab stack timings: {json.dumps(TIMES)}  (log: {log.path})", file=sys.stderr)
 
 
