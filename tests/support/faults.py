@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from railyard.drift.model import Finding
 
@@ -55,7 +55,7 @@ class Fault:
     wants: tuple[Want, ...]
     may: tuple[Want, ...] = ()  # side effects that may show, depending on timing
     remediated_by_up: bool = True
-    host_cmd: tuple[str, ...] = field(default=())
+    host_cmd: tuple[str, ...] = ()  # run on the host instead, e.g. to delete a container
 
     def inject(self) -> None:
         if self.host_cmd:

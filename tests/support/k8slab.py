@@ -168,24 +168,32 @@ def kwok_nodes(spec: Path, render_dir: Path) -> list[dict[str, Any]]:
 
 
 # -- components -----------------------------------------------------------------------
+def _component_flags(api: K8sAPI) -> list[str]:
+    """What kube-controller-manager and kube-scheduler share: the lab kubeconfig for
+    everything, a loopback port of their own, no leader election."""
+    return [
+        "--kubeconfig",
+        str(api.kubeconfig),
+        "--authentication-kubeconfig",
+        str(api.kubeconfig),
+        "--authorization-kubeconfig",
+        str(api.kubeconfig),
+        "--authentication-skip-lookup",  # no front-proxy CA in this lab: skip, do not log errors
+        "--bind-address",
+        "127.0.0.1",
+        "--secure-port",
+        str(free_port()),
+        "--leader-elect=false",
+    ]
+
+
 def start_controller_manager(api: K8sAPI) -> None:
     p = api.pki
     api.spawn(
         "kube-controller-manager",
         [
             str(api.bin_dir / "kube-controller-manager"),
-            "--kubeconfig",
-            str(api.kubeconfig),
-            "--authentication-kubeconfig",
-            str(api.kubeconfig),
-            "--authorization-kubeconfig",
-            str(api.kubeconfig),
-            "--authentication-skip-lookup",  # no front-proxy CA in this lab: skip, do not log errors
-            "--bind-address",
-            "127.0.0.1",
-            "--secure-port",
-            str(free_port()),
-            "--leader-elect=false",
+            *_component_flags(api),
             "--service-account-private-key-file",
             str(p / "sa.key"),
             "--root-ca-file",
@@ -204,18 +212,7 @@ def start_scheduler(api: K8sAPI) -> None:
         "kube-scheduler",
         [
             str(api.bin_dir / "kube-scheduler"),
-            "--kubeconfig",
-            str(api.kubeconfig),
-            "--authentication-kubeconfig",
-            str(api.kubeconfig),
-            "--authorization-kubeconfig",
-            str(api.kubeconfig),
-            "--authentication-skip-lookup",  # no front-proxy CA in this lab: skip, do not log errors
-            "--bind-address",
-            "127.0.0.1",
-            "--secure-port",
-            str(free_port()),
-            "--leader-elect=false",
+            *_component_flags(api),
             "--cert-dir",
             str(api.workdir / "scheduler-certs"),
         ],
