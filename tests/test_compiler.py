@@ -84,10 +84,10 @@ def test_dgx_rails_collapse_into_sus():
     assert slurm_leaves(plan)["su2"] == set(expand("dgx[033-064]"))
     cqs = {o["metadata"]["name"]: o for o in plan.kubernetes.kueue if o["kind"] == "ClusterQueue"}
     gpu = next(r for r in cqs["training"]["spec"]["resourceGroups"][0]["flavors"][0]["resources"] if r["name"] == "nvidia.com/gpu")
-    assert gpu["nominalQuota"] == 192
+    assert gpu["nominalQuota"] == "192"
     # Quota not given for a resource -> all the partition has: 32 workers x 224 CPUs.
     cpu = cqs["training"]["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]
-    assert cpu == {"name": "cpu", "nominalQuota": 32 * 224}
+    assert cpu == {"name": "cpu", "nominalQuota": str(32 * 224)}
 
 
 def test_gb200_gets_blocks_and_tree_in_topology_yaml():
@@ -240,3 +240,15 @@ def test_plan_json_summarises_nodes_and_topology(lab_plan):
     summary = json.loads(render(lab_plan)["plan.json"])
     assert [n["name"] for n in summary["nodes"]][:2] == ["ctl1", "login1"]
     assert summary["slurm"]["switches"][2] == {"name": "spine", "nodes": None, "switches": "su[1-2]"}
+
+
+def test_kueue_objects_apply_as_the_api_server_stores_them(lab_plan):
+    """LocalQueue namespaces exist before the queues; quantities are strings (a number
+    would differ from the stored string on every server-side apply)."""
+    objs = lab_plan.kubernetes.kueue
+    kinds = [o["kind"] for o in objs]
+    assert kinds[0] == "Namespace" and objs[0]["metadata"]["name"] == "team-a"
+    assert kinds.index("Namespace") < kinds.index("LocalQueue")
+    for cq in (o for o in objs if o["kind"] == "ClusterQueue"):
+        for flavor in cq["spec"]["resourceGroups"][0]["flavors"]:
+            assert all(isinstance(r["nominalQuota"], str) for r in flavor["resources"])

@@ -126,9 +126,14 @@ def _kueue(cluster: Cluster, workers: list[Node], keys: tuple[str, ...], has_fab
                 cpu = quota.cpu if quota and quota.cpu is not None else have["cpu"]
                 mem = quota.memory_mb if quota and quota.memory_mb is not None else have["memory_mb"]
                 gpu = quota.gpu if quota and quota.gpu is not None else have["gpu"]
-            resources = [{"name": "cpu", "nominalQuota": cpu}, {"name": "memory", "nominalQuota": _quantity_mb(mem)}]
+            # Quantities as strings: the API server normalises them to strings, so a number
+            # here would differ from what it stores on every server-side apply.
+            resources = [
+                {"name": "cpu", "nominalQuota": str(cpu)},
+                {"name": "memory", "nominalQuota": _quantity_mb(mem)},
+            ]
             if has_gpus:
-                resources.append({"name": GPU_RESOURCE, "nominalQuota": gpu})
+                resources.append({"name": GPU_RESOURCE, "nominalQuota": str(gpu)})
             flavor_specs.append({"name": f, "resources": resources})
         spec = {}
         if cq.cohort:
@@ -140,6 +145,11 @@ def _kueue(cluster: Cluster, workers: list[Node], keys: tuple[str, ...], has_fab
         )
         spec["resourceGroups"] = [{"coveredResources": covered, "flavors": flavor_specs}]
         objs.append({"apiVersion": KUEUE_API, "kind": "ClusterQueue", "metadata": {"name": cq.name}, "spec": spec})
+    # A LocalQueue lives in a namespace that must exist first; Namespaces lead the list.
+    objs[:0] = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+        for ns in sorted({lq.namespace for lq in local_queues} - {"default"})
+    ]
     for lq in local_queues:
         objs.append(
             {
