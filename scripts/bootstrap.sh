@@ -6,7 +6,9 @@
 #
 # Parts: apt (test tools), venv (pinned Python deps + railyard), slurm (Debian's Slurm
 # daemons for the real-scheduler tests), podman (runtime for the lab and molecule),
-# image (the lab node image), pulumi (the engine, built from the Go module proxy).
+# image (the lab node image), pulumi (the engine, built from the Go module proxy),
+# k8s (etcd, kube-apiserver, kubectl and the pinned Kueue/Volcano CRDs for the
+# Kubernetes-object tests, built from the Go module proxy once, then cached).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -29,8 +31,8 @@ apt_install() {
 }
 
 if wanted apt; then
-    step "apt: test tools (graphviz for topology pictures, systemd for systemd-escape/analyze, sshpass-free ssh client)"
-    timed apt_install graphviz systemd openssh-client util-linux
+    step "apt: test tools (graphviz for topology pictures, systemd for systemd-escape/analyze, sshpass-free ssh client, openssl for the k8s test PKI)"
+    timed apt_install graphviz systemd openssh-client util-linux openssl
 fi
 
 if wanted venv; then
@@ -65,4 +67,10 @@ if wanted pulumi; then
     bin=$(scripts/install-pulumi.sh | sed -n 's/^PULUMI_BIN=//p')
     ln -sfn "$bin" .venv/pulumi-bin
     echo "    engine: $("$bin/pulumi" version)" >&2
+fi
+
+if wanted k8s; then
+    step "k8s: etcd, kube-apiserver, kubectl, Kueue/Volcano CRDs (Go module proxy on first use, then cached)"
+    # volcano is asked for so the proxy's refusal is printed each time (not fatal)
+    timed scripts/build-k8s.sh etcd kube-apiserver kubectl crds volcano >/dev/null
 fi
