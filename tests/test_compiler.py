@@ -243,8 +243,8 @@ def test_plan_json_summarises_nodes_and_topology(lab_plan):
 
 
 def test_kueue_objects_apply_as_the_api_server_stores_them(lab_plan):
-    """LocalQueue namespaces exist before the queues; quantities are strings (a number
-    would differ from the stored string on every server-side apply)."""
+    """LocalQueue namespaces exist before the queues; quantities are strings, as the
+    server stores and returns them (what the drift check compares with)."""
     objs = lab_plan.kubernetes.kueue
     kinds = [o["kind"] for o in objs]
     assert kinds[0] == "Namespace" and objs[0]["metadata"]["name"] == "team-a"

@@ -27,6 +27,6 @@ def test_readme_example_is_valid_and_derives_what_it_claims():
     assert [m["selector"]["exactMatch"]["name"] for m in su1["spec"]["members"]] == ["gpu03"]
     cq = next(o for o in plan.kubernetes.kueue if o["kind"] == "ClusterQueue")
     gpu = [r for r in cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"] if r["name"] == "nvidia.com/gpu"]
-    assert gpu == [{"name": "nvidia.com/gpu", "nominalQuota": 16}]
+    assert gpu == [{"name": "nvidia.com/gpu", "nominalQuota": "16"}]
     assert [n.name for n in plan.nodes if n.group == "gpu"] == expand("gpu[01-06]")
     assert plan.node("ctl1").address == "10.0.0.10"

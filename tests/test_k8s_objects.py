@@ -76,6 +76,14 @@ def test_compiled_objects_are_accepted_and_reapply_is_a_no_op(api, spec: Path, t
             continue
         d = k8slab.kubectl(api, "diff", "--server-side", "--field-manager=railyard", "-f", str(f))
         assert d.returncode == 0, f"{f.name} differs from what the server stored:\n{d.stdout}{d.stderr}"
+    _delete(api, files)
+
+
+def _delete(api, files: list[Path]) -> None:
+    """The next spec starts from an empty server (a Topology's levels are immutable).
+    Namespaces stay: without kube-controller-manager here one would never finish terminating."""
+    docs = [d for f in files for d in k8slab.k8s_docs(f) if d["kind"] != "Namespace"]
+    k8slab.kubectl(api, "delete", "--ignore-not-found", "-f", "-", input=yaml.safe_dump_all(docs), check=True)
 
 
 def test_a_hard_network_topology_volcano_job_passes_the_schema(api):
@@ -127,3 +135,33 @@ def test_the_built_kubernetes_is_the_minor_the_lab_spec_pins(api, lab_plan):
     built = yaml.safe_load(out)["clientVersion"]["gitVersion"]
     assert built == k8sapi.K8S_VERSION
     assert built.startswith(f"v{lab_plan.spec.cluster.versions.kubernetes}."), built
+
+
+def test_drift_reads_the_applied_objects_back_as_clean_and_sees_an_edit(api, lab_plan, tmp_path):
+    """The drift kubernetes layer on what a real server returns: the applied plan is
+    clean, and a quota edited by hand is found (nodes are not registered here, so only
+    object findings count)."""
+    from railyard.drift.compare import Observed, compare
+    from railyard.drift.kubernetes import observation
+
+    spec = next(p for p in SPECS if p.parent.name == "lab")
+    rendered = k8slab.render(spec, tmp_path / "render")
+    for f in sorted((rendered / "kubernetes").glob("*.yaml")):
+        assert all(r.ok for r in k8slab.apply_docs(api, k8slab.k8s_docs(f), file=f.name))
+    docs = [*lab_plan.kubernetes.kueue, *lab_plan.kubernetes.volcano]
+
+    def observe():
+        kinds = sorted({f"{d['kind'].lower()}.{d['apiVersion'].rpartition('/')[0]}".rstrip(".") for d in docs})
+        lists = [yaml.safe_load(k8slab.kubectl(api, "get", k, "-A", "-o", "json", check=True).stdout) for k in kinds]
+        return observation({"items": []}, lists)
+
+    def object_findings():
+        report = compare(lab_plan, Observed(kubernetes=observe()))
+        return [f.message for f in report.findings if f.kind.startswith("object")]
+
+    assert object_findings() == []
+    patch = '[{"op": "replace", "path": "/spec/resourceGroups/0/flavors/0/resources/2/nominalQuota", "value": "8"}]'
+    k8slab.kubectl(api, "patch", "clusterqueue.kueue.x-k8s.io", "gpu", "--type=json", "-p", patch, check=True)
+    found = object_findings()
+    assert len(found) == 1 and "ClusterQueue/gpu" in found[0] and "'8'" in found[0], found
+    _delete(api, sorted((rendered / "kubernetes").glob("*.yaml")))

@@ -126,8 +126,9 @@ def _kueue(cluster: Cluster, workers: list[Node], keys: tuple[str, ...], has_fab
                 cpu = quota.cpu if quota and quota.cpu is not None else have["cpu"]
                 mem = quota.memory_mb if quota and quota.memory_mb is not None else have["memory_mb"]
                 gpu = quota.gpu if quota and quota.gpu is not None else have["gpu"]
-            # Quantities as strings: the API server normalises them to strings, so a number
-            # here would differ from what it stores on every server-side apply.
+            # Quantities as strings, the form the API server stores and returns: drift
+            # compares the plan with what it reads back, and a numeric quota re-applied next
+            # to a running Kueue manager conflicted on .spec.resourceGroups in the lab try.
             resources = [
                 {"name": "cpu", "nominalQuota": str(cpu)},
                 {"name": "memory", "nominalQuota": _quantity_mb(mem)},

@@ -350,7 +350,7 @@ def test_kubernetes_label_value_node_and_objects(lab_plan):
 
     assert lines(compare(lab_plan, Observed(kubernetes=k8s_obs(mutate)))) == [
         (f"ClusterQueue/gpu: spec.resourceGroups[0].flavors[0].resources[2].nominalQuota is '8' in the cluster, "
-        f"the plan has 4 — {UP} restores it"),
+        f"the plan has '4' — {UP} restores it"),
         f"LocalQueue/team-a/gpu is in the plan but not in the cluster — {UP} creates it",
         (f"kw2: label topology.railyard.dev/su is 'su1', the plan has 'su2' — "
         f"`kubectl label --overwrite node kw2 topology.railyard.dev/su=su2`, or {UP}"),
