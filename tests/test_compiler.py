@@ -252,3 +252,17 @@ def test_kueue_objects_apply_as_the_api_server_stores_them(lab_plan):
     for cq in (o for o in objs if o["kind"] == "ClusterQueue"):
         for flavor in cq["spec"]["resourceGroups"][0]["flavors"]:
             assert all(isinstance(r["nominalQuota"], str) for r in flavor["resources"])
+
+
+def test_slurm_topology_and_kubernetes_labels_name_the_same_groups(lab_plan):
+    """An SU is one set of nodes, whichever scheduler a job asks: Slurm's switch of that
+    name plus the workers labelled with it are exactly the fabric's SU."""
+    plan = lab_plan
+    slurm = {s.name: set(expand(s.nodes)) for s in plan.slurm.switches if s.nodes}
+    key = f"{plan.spec.partitions.kubernetes.label_prefix}/su"
+    labelled: dict[str, set[str]] = {}
+    for node, labels in plan.kubernetes.labels.items():
+        labelled.setdefault(labels[key], set()).add(node)
+    for su in plan.fabric.groups["su"]:
+        assert slurm.get(su.name, set()) | labelled.get(su.name, set()) == set(su.nodes), su.name
+    assert set(labelled) <= set(slurm)

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from railyard.hostlist import expand
+from railyard.drift.compare import Observed, compare
+from railyard.drift.kubernetes import observation
 from tests.conftest import EXAMPLES
 from tests.support import k8sapi, k8slab
 
@@ -67,7 +68,7 @@ def test_compiled_objects_are_accepted_and_reapply_is_a_no_op(api, spec: Path, t
     docs = [d for f in files for d in k8slab.k8s_docs(f)]
     assert {d["kind"] for d in docs} >= {"Topology", "ResourceFlavor", "ClusterQueue", "HyperNode"}
     t0 = time.monotonic()
-    results = [r for f in files for r in k8slab.apply_docs(api, k8slab.k8s_docs(f), file=f.name)]
+    results = k8slab.apply_render(api, rendered)
     print(f"\n{spec.parent.name}: {len(results)} objects applied in {time.monotonic() - t0:.1f} s")
     rejected = [f"{r.file} {r.ref}: {r.message}" for r in results if not r.ok]
     assert not rejected, rejected
@@ -115,20 +116,6 @@ def test_a_hard_network_topology_volcano_job_passes_the_schema(api):
     assert r.returncode != 0 and "mode" in r.stderr, "the schema must reject an unknown mode"
 
 
-def test_slurm_topology_and_kubernetes_labels_name_the_same_groups(lab_plan):
-    """An SU is one set of nodes, whichever scheduler a job asks: Slurm's switch of that
-    name plus the workers labelled with it are exactly the fabric's SU."""
-    plan = lab_plan
-    slurm = {s.name: set(expand(s.nodes)) for s in plan.slurm.switches if s.nodes}
-    key = f"{plan.spec.partitions.kubernetes.label_prefix}/su"
-    labelled: dict[str, set[str]] = {}
-    for node, labels in plan.kubernetes.labels.items():
-        labelled.setdefault(labels[key], set()).add(node)
-    for su in plan.fabric.groups["su"]:
-        assert slurm.get(su.name, set()) | labelled.get(su.name, set()) == set(su.nodes), su.name
-    assert set(labelled) <= set(slurm)
-
-
 def test_the_built_kubernetes_is_the_minor_the_lab_spec_pins(api, lab_plan):
     out = subprocess.run([k8slab.kubectl_bin(api), "version", "--client", "-o", "json"],
                          capture_output=True, text=True, check=True).stdout
@@ -141,13 +128,9 @@ def test_drift_reads_the_applied_objects_back_as_clean_and_sees_an_edit(api, lab
     """The drift kubernetes layer on what a real server returns: the applied plan is
     clean, and a quota edited by hand is found (nodes are not registered here, so only
     object findings count)."""
-    from railyard.drift.compare import Observed, compare
-    from railyard.drift.kubernetes import observation
-
     spec = next(p for p in SPECS if p.parent.name == "lab")
     rendered = k8slab.render(spec, tmp_path / "render")
-    for f in sorted((rendered / "kubernetes").glob("*.yaml")):
-        assert all(r.ok for r in k8slab.apply_docs(api, k8slab.k8s_docs(f), file=f.name))
+    assert all(r.ok for r in k8slab.apply_render(api, rendered))
     docs = [*lab_plan.kubernetes.kueue, *lab_plan.kubernetes.volcano]
 
     def observe():
