@@ -70,7 +70,7 @@ if wanted pulumi; then
 fi
 
 if wanted k8s; then
-    step "k8s: etcd, kube-apiserver, kubectl, Kueue/Volcano CRDs (Go module proxy on first use, then cached)"
+    step "k8s: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, Kueue, KWOK, Kueue/Volcano CRDs (Go module proxy on first use, then cached)"
     # volcano is asked for so the proxy's refusal is printed each time (not fatal)
-    timed scripts/build-k8s.sh etcd kube-apiserver kubectl crds volcano >/dev/null
+    timed scripts/build-k8s.sh etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kueue kwok crds volcano >/dev/null
 fi

@@ -230,10 +230,21 @@ class K8sAPI:
         return ctx
 
     def get(self, path: str, timeout: float = 5) -> tuple[int, str]:
+        return self.request("GET", path, timeout=timeout)
+
+    def request(
+        self, method: str, path: str, body: object = None, timeout: float = 5
+    ) -> tuple[int, str]:
+        """One REST call with the admin cert; *body* is sent as JSON.  No kubectl process,
+        so a test can time what the server does rather than a client's start-up."""
+        req = urllib.request.Request(
+            self.server + path,
+            method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"} if body is not None else {},
+        )
         try:
-            with urllib.request.urlopen(
-                self.server + path, context=self._ssl_context(), timeout=timeout
-            ) as r:
+            with urllib.request.urlopen(req, context=self._ssl_context(), timeout=timeout) as r:
                 return r.status, r.read().decode()
         except urllib.error.HTTPError as e:
             return e.code, e.read().decode(errors="replace")

@@ -26,7 +26,7 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -342,24 +342,33 @@ def wait_for(pred, timeout: float, step: float = 0.5) -> float | None:
     return None
 
 
-def test_job(queue_ns: str, queue: str, gpus: int, topology_level: str) -> dict[str, Any]:
-    """A batch/v1 Job for Kueue, asking for GPUs inside one topology domain."""
+def gpu_job(
+    name: str,
+    namespace: str,
+    queue: str,
+    pods: int = 1,
+    gpus: int = 1,
+    topology: str | None = None,
+    required: bool = True,
+) -> dict[str, Any]:
+    """A batch/v1 Job for Kueue: *pods* pods of *gpus* GPUs each, inside one domain of the
+    *topology* level (``podset-required-topology``; ``required=False``: preferred)."""
+    kind = "required" if required else "preferred"
+    annotations = {f"kueue.x-k8s.io/podset-{kind}-topology": topology} if topology else {}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
-            "name": "gpu-probe",
-            "namespace": queue_ns,
+            "name": name,
+            "namespace": namespace,
             "labels": {"kueue.x-k8s.io/queue-name": queue},
         },
         "spec": {
-            "parallelism": 1,
-            "completions": 1,
+            "parallelism": pods,
+            "completions": pods,
             "suspend": True,
             "template": {
-                "metadata": {
-                    "annotations": {"kueue.x-k8s.io/podset-required-topology": topology_level}
-                },
+                "metadata": {"annotations": annotations},
                 "spec": {
                     "restartPolicy": "Never",
                     "containers": [
@@ -382,191 +391,308 @@ def test_job(queue_ns: str, queue: str, gpus: int, topology_level: str) -> dict[
     }
 
 
+# -- REST helpers (no kubectl process: what is timed is the server, not a client) -------
+def get_json(api: K8sAPI, path: str) -> dict[str, Any]:
+    code, body = api.get(path)
+    if code != 200:
+        raise RuntimeError(f"GET {path}: {code} {body[:300]}")
+    return json.loads(body)
+
+
+def submit(api: K8sAPI, job: dict[str, Any]) -> float:
+    """Create *job*; returns the monotonic time just before the request went out."""
+    ns = job["metadata"]["namespace"]
+    t0 = time.monotonic()
+    code, body = api.request("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", job)
+    if code != 201:
+        raise RuntimeError(f"creating Job {ns}/{job['metadata']['name']}: {code} {body[:500]}")
+    return t0
+
+
+def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
+    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == kind:
+            return c
+    return None
+
+
+def workload_of(api: K8sAPI, namespace: str, job: str) -> dict[str, Any] | None:
+    """The Kueue Workload that a Job owns, or None."""
+    items = get_json(api, f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/workloads")
+    for w in items["items"]:
+        refs = w["metadata"].get("ownerReferences") or []
+        if any(r.get("kind") == "Job" and r.get("name") == job for r in refs):
+            return w
+    return None
+
+
+def admitted(w: dict[str, Any] | None) -> bool:
+    return (condition(w, "Admitted") or {}).get("status") == "True"
+
+
+def pods_of(api: K8sAPI, namespace: str, job: str) -> list[dict[str, Any]]:
+    sel = f"batch.kubernetes.io/job-name={job}"
+    return get_json(api, f"/api/v1/namespaces/{namespace}/pods?labelSelector={sel}")["items"]
+
+
+def all_running(pods: list[dict[str, Any]], n: int) -> bool:
+    return len(pods) == n and all(p["status"].get("phase") == "Running" for p in pods)
+
+
+def delete_job(
+    api: K8sAPI, namespace: str, job: str, timeout: float = 60, wait: bool = True
+) -> float:
+    """Delete *job* and its pods, and (*wait*) until the Job, its Workload and its pods are
+    all gone, so the next test starts from free quota.  The pods go with grace 0: there is
+    no kubelet to confirm a graceful end, and KWOK's pod-delete stage took 5-60 s here,
+    during which the scheduler still counted their GPUs on the node."""
+    t0 = time.monotonic()
+    api.request(
+        "DELETE",
+        f"/apis/batch/v1/namespaces/{namespace}/jobs/{job}",
+        {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"},
+    )
+    api.request(
+        "DELETE",
+        f"/api/v1/namespaces/{namespace}/pods?labelSelector=batch.kubernetes.io/job-name={job}",
+        {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0},
+    )
+    if not wait:
+        return time.monotonic() - t0
+
+    def gone() -> bool:
+        code, _ = api.get(f"/apis/batch/v1/namespaces/{namespace}/jobs/{job}")
+        return (
+            code == 404
+            and workload_of(api, namespace, job) is None
+            and not pods_of(api, namespace, job)
+        )
+
+    if wait_for(gone, timeout, step=0.2) is None:
+        raise TimeoutError(
+            f"Job {namespace}/{job}, its Workload or pods still there after {timeout}s"
+        )
+    return time.monotonic() - t0
+
+
+# -- the whole stack ----------------------------------------------------------------------
+STACK_BINARIES = (
+    "etcd",
+    "kube-apiserver",
+    "kubectl",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok",
+    "kueue",
+)
+
+
+def missing_binaries(bin_dir: Path | None) -> list[str]:
+    return [b for b in STACK_BINARIES if bin_dir is None or not (bin_dir / b).is_file()]
+
+
+@dataclass
+class Stack:
+    api: K8sAPI
+    spec: Path
+    render_dir: Path
+    nodes: list[dict[str, Any]]
+    applied: list[ApplyResult]  # the compiled objects on the fresh server
+    seconds: dict[str, float]
+    # the same objects applied again once Kueue runs: through its webhooks, and after its
+    # controllers have written to them (a deploy or a drift check after the first)
+    reapplied: list[ApplyResult] = field(default_factory=list)
+
+    def compiled(self, kind: str) -> list[dict[str, Any]]:
+        return [d for d in k8s_docs(self.render_dir / "kubernetes/kueue.yaml") if d["kind"] == kind]
+
+    @property
+    def levels(self) -> list[str]:
+        """The compiled Topology's node labels, widest first (spine, su, hostname)."""
+        return [lvl["nodeLabel"] for lvl in self.compiled("Topology")[0]["spec"]["levels"]]
+
+    def local_queue(self, cluster_queue: str | None = None) -> tuple[str, str]:
+        """(namespace, name) of a LocalQueue, the first one of *cluster_queue* if given."""
+        lq = next(
+            q
+            for q in self.compiled("LocalQueue")
+            if cluster_queue in (None, q["spec"]["clusterQueue"])
+        )
+        return lq["metadata"]["namespace"], lq["metadata"]["name"]
+
+    def gpu_quota(self, cluster_queue: str) -> int:
+        cq = next(
+            q for q in self.compiled("ClusterQueue") if q["metadata"]["name"] == cluster_queue
+        )
+        return sum(
+            int(r["nominalQuota"])
+            for g in cq["spec"]["resourceGroups"]
+            for f in g["flavors"]
+            for r in f["resources"]
+            if r["name"] == "nvidia.com/gpu"
+        )
+
+    def rejected(self, again: bool = False) -> list[str]:
+        return [
+            f"{r.file} {r.ref}: {r.message}"
+            for r in (self.reapplied if again else self.applied)
+            if not r.ok
+        ]
+
+
+def ready_nodes(api: K8sAPI) -> int:
+    return sum(
+        (condition(n, "Ready") or {}).get("status") == "True"
+        for n in get_json(api, "/api/v1/nodes")["items"]
+    )
+
+
+def start_stack(
+    api: K8sAPI,
+    spec: Path,
+    render_dir: Path,
+    log=lambda _line: None,
+    components: bool = True,
+) -> Stack:
+    """CRDs, the compiled objects of *spec*, kube-controller-manager, kube-scheduler, KWOK
+    with the plan's workers as Ready nodes, and Kueue with its webhooks, on a started *api*.
+
+    Raises when a component does not come up (with its log's tail); a rejected compiled
+    object is only reported (``Stack.rejected()``, ``Stack.rejected(again=True)``), since
+    that is what a test asserts on."""
+    t: dict[str, float] = {}
+    t0 = time.monotonic()
+    crds = install_crds(api, [CACHE / "crds/kueue", CACHE / "crds/volcano"])
+    bad = [f"{r.ref} ({r.file}): {r.message}" for r in crds if not r.ok]
+    if bad:
+        raise RuntimeError("CRDs rejected:\n" + "\n".join(bad))
+    t["crds"] = time.monotonic() - t0
+    log(f"CRDs: {len(crds)} established in {t['crds']:.1f}s")
+
+    lap = time.monotonic()
+    render(spec, render_dir)
+    applied = apply_render(api, render_dir)
+    t["render_apply"] = time.monotonic() - lap
+    for r in applied:
+        log(
+            f"  {'accepted' if r.ok else 'REJECTED'} {r.file}: {r.ref}"
+            + ("" if r.ok else f"\n      {r.message}")
+        )
+    stack = Stack(api, spec, render_dir, [], applied, t)
+    if not components:
+        t["total"] = time.monotonic() - t0
+        return stack
+    missing = missing_binaries(api.bin_dir)
+    if missing:
+        raise FileNotFoundError(f"not built in {api.bin_dir}: {missing} (run scripts/build-k8s.sh)")
+
+    lap = time.monotonic()
+    start_controller_manager(api)
+    start_scheduler(api)
+    start_kwok(api)
+    stack.nodes = kwok_nodes(spec, render_dir)
+    bad = [
+        f"{r.ref}: {r.message}"
+        for r in apply_docs(api, stack.nodes, "kwok-nodes", "railyard-lab")
+        if not r.ok
+    ]
+    if bad:
+        raise RuntimeError("KWOK nodes rejected:\n" + "\n".join(bad))
+    api._wait("kwok", lambda: ready_nodes(api) == len(stack.nodes), 60)
+    t["nodes_ready"] = time.monotonic() - lap
+    log(f"{len(stack.nodes)} KWOK nodes Ready in {t['nodes_ready']:.1f}s")
+
+    lap = time.monotonic()
+    port = free_port()
+    hp = health_port(start_kueue(api, port))
+    api._wait("kueue", lambda: http_ok(f"http://127.0.0.1:{hp}/readyz"), 120)
+    t["kueue_ready"] = time.monotonic() - lap
+    log(f"kueue manager readyz 200 in {t['kueue_ready']:.1f}s")
+    hooks = apply_docs(
+        api,
+        kueue_webhooks(api, port, {"kueue.x-k8s.io", "batch"}),
+        "kueue-webhooks",
+        "railyard-lab",
+    )
+    bad = [f"{r.ref}: {r.message}" for r in hooks if not r.ok]
+    if bad:
+        raise RuntimeError("Kueue webhook configurations rejected:\n" + "\n".join(bad))
+    lap = time.monotonic()
+    r = kubectl(api, "wait", "--for=condition=Active", "clusterqueue", "--all", "--timeout=60s")
+    if r.returncode != 0:
+        raise RuntimeError(
+            f"ClusterQueues not Active: {r.stdout}{r.stderr}\n{api.log_tail('kueue', 15)}"
+        )
+    t["queues_active"] = time.monotonic() - lap
+    # again, through Kueue's webhooks, after its controllers have written to the objects
+    stack.reapplied = apply_render(api, render_dir)
+    for r in stack.reapplied:
+        if not r.ok:
+            log(
+                f"  through webhooks: REJECTED {r.ref}: {r.message.splitlines()[0] if r.message else ''}"
+            )
+    t["total"] = time.monotonic() - t0
+    log(f"ClusterQueues Active in {t['queues_active']:.1f}s; stack up in {t['total']:.1f}s")
+    return stack
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: python -m tests.support.k8slab DIR SPEC", file=sys.stderr)
         return 2
     workdir, spec = Path(argv[0]).resolve(), Path(argv[1]).resolve()
-    report: dict[str, Any] = {}
     t0 = time.monotonic()
     api = K8sAPI.start(workdir)
-    report["apiserver_start_s"] = {k: round(v, 2) for k, v in api.startup_seconds.items()}
-    print(
-        f"apiserver up at {api.server} in {api.startup_seconds['total']:.1f}s "
-        f"({json.dumps(report['apiserver_start_s'])})",
-        flush=True,
-    )
+    up = {k: round(v, 2) for k, v in api.startup_seconds.items()}
+    print(f"apiserver up at {api.server} in {up['total']:.1f}s ({json.dumps(up)})", flush=True)
     print(kubectl(api, "version").stdout.strip(), flush=True)
-
-    crds = install_crds(api, [CACHE / "crds/kueue", CACHE / "crds/volcano"])
-    bad = [r for r in crds if not r.ok]
-    print(f"CRDs: {len(crds) - len(bad)}/{len(crds)} accepted", flush=True)
-    for r in bad:
-        print(f"  REJECTED {r.ref} ({r.file}): {r.message}")
-
-    rdir = render(spec, workdir / "render")
-    first = apply_render(api, rdir)
-    print("\nrailyard render -> server-side apply (fresh cluster, nothing else created):")
-    for r in first:
-        print(
-            f"  {'accepted' if r.ok else 'REJECTED'} {r.file}: {r.ref}"
-            + ("" if r.ok else f"\n      {r.message}")
+    components = "--no-components" not in os.environ.get("K8SLAB_FLAGS", "")
+    try:
+        stack = start_stack(
+            api, spec, workdir / "render", log=lambda m: print(m, flush=True), components=components
         )
-    missing_ns = sorted(
-        {
-            r.ref.split("/")[1]
-            for r in first
-            if not r.ok and "namespaces" in r.message and "not found" in r.message
-        }
-    )
-    if missing_ns:
-        print(
-            f"\n  the compiler renders no Namespace for {missing_ns}; creating them and applying again:"
-        )
-        for ns in missing_ns:
-            kubectl(api, "create", "namespace", ns)
-        for r in apply_render(api, rdir):
-            if not r.ok or any(f.ref == r.ref and not f.ok for f in first):
-                print(
-                    f"  {'accepted' if r.ok else 'REJECTED'} {r.file}: {r.ref}"
-                    + ("" if r.ok else f"\n      {r.message}")
-                )
-
-    if "--no-components" in os.environ.get("K8SLAB_FLAGS", ""):
+    except (RuntimeError, TimeoutError, FileNotFoundError) as e:
+        print(f"\nstack did not come up: {e}", file=sys.stderr)
+        return 1
+    if not components:
         return 0
-    # controllers, scheduler, KWOK nodes, Kueue
-    have = {
-        b: (api.bin_dir / b).is_file()
-        for b in ("kube-controller-manager", "kube-scheduler", "kwok", "kueue")
-    }
-    print(f"\nbinaries: {have}")
-    if have["kube-controller-manager"]:
-        start_controller_manager(api)
-    if have["kube-scheduler"]:
-        start_scheduler(api)
-    if have["kwok"]:
-        start_kwok(api)
-        for r in apply_docs(api, kwok_nodes(spec, rdir), file="kwok-nodes", manager="railyard-lab"):
-            print(f"  {'accepted' if r.ok else 'REJECTED'} {r.ref} {'' if r.ok else r.message}")
-        took = wait_for(
-            lambda: (
-                kubectl(
-                    api,
-                    "get",
-                    "nodes",
-                    "-o",
-                    "jsonpath={range .items[*]}"
-                    "{.status.conditions[?(@.type=='Ready')].status}{' '}{end}",
-                )
-                .stdout.split()
-                .count("True")
-                == len(kwok_nodes(spec, rdir))
-            ),
-            60,
-        )
-        print(
-            f"  KWOK nodes Ready after {took}s"
-            if took is not None
-            else "  KWOK nodes NOT Ready in 60s"
-        )
-        print(
-            kubectl(
-                api,
-                "get",
-                "nodes",
-                "-L",
-                "topology.railyard.dev/su,topology.railyard.dev/spine",
-                "-o",
-                "wide",
-            ).stdout
-        )
-        print(
-            kubectl(
-                api,
-                "get",
-                "nodes",
-                "-o",
-                "custom-columns=NAME:.metadata.name,GPU:.status.allocatable.nvidia\\.com/gpu,"
-                "CPU:.status.allocatable.cpu,MEM:.status.allocatable.memory",
-            ).stdout
-        )
-    if have["kueue"]:
-        port = free_port()
-        cfg_path = start_kueue(api, port)
-        pid = int((api.workdir / "kueue.pid").read_text())
-        hp = health_port(cfg_path)
-        took = wait_for(
-            lambda: not Path(f"/proc/{pid}").exists() or http_ok(f"http://127.0.0.1:{hp}/readyz"),
-            120,
-        )
-        if not Path(f"/proc/{pid}").exists():
-            print("\nkueue manager EXITED:\n" + api.log_tail("kueue", 15))
-            return 1
-        print(
-            f"\nkueue manager: {f'readyz 200 after {took:.1f}s' if took else 'NOT ready in 120s'}",
-            flush=True,
-        )
-        for r in apply_docs(
+    print(
+        kubectl(
             api,
-            kueue_webhooks(api, port, {"kueue.x-k8s.io", "batch"}),
-            file="kueue-webhooks",
-            manager="railyard-lab",
-        ):
-            print(f"  {'accepted' if r.ok else 'REJECTED'} {r.ref} {'' if r.ok else r.message}")
-        # re-apply the compiled objects through Kueue's webhooks now that they are live
-        for r in apply_render(api, rdir):
-            print(
-                f"  through webhooks: {'accepted' if r.ok else 'REJECTED'} {r.ref}"
-                + ("" if r.ok else f"\n      {r.message}")
-            )
-        time.sleep(3)
-        print(
-            kubectl(
-                api,
-                "get",
-                "clusterqueues,localqueues,resourceflavors,topologies,cohorts",
-                "-A",
-                "-o",
-                "wide",
-            ).stdout
-        )
-        print(
-            kubectl(
-                api,
-                "get",
-                "clusterqueue",
-                "gpu",
-                "-o",
-                "jsonpath={range .status.conditions[*]}{.type}={.status} {.reason}: {.message}{'\\n'}{end}",
-            ).stdout
-        )
-        topo = next(d for d in k8s_docs(rdir / "kubernetes/kueue.yaml") if d["kind"] == "Topology")
-        lowest_fabric_level = [lvl["nodeLabel"] for lvl in topo["spec"]["levels"]][-2]
-        job = test_job("team-a", "gpu", 2, lowest_fabric_level)
-        print("job:", apply_docs(api, [job], file="job", manager="railyard-lab")[0])
-        took = wait_for(
-            lambda: (
-                kubectl(
-                    api, "get", "pods", "-n", "team-a", "-o", "jsonpath={.items[*].status.phase}"
-                ).stdout.strip()
-                in ("Running", "Succeeded")
-            ),
-            90,
-        )
-        print(f"job pod Running/Succeeded after {took}s" if took else "job pod NOT running in 90s")
-        print(kubectl(api, "get", "workloads,jobs,pods", "-n", "team-a", "-o", "wide").stdout)
-        print(
-            kubectl(
-                api,
-                "get",
-                "workloads",
-                "-n",
-                "team-a",
-                "-o",
-                "jsonpath={range .items[*]}{.status.admission}{'\\n'}{range .status.conditions[*]}"
-                "{.type}={.status} {.reason}: {.message}{'\\n'}{end}{end}",
-            ).stdout
-        )
+            "get",
+            "nodes",
+            "-L",
+            ",".join(stack.levels[:-1]),
+            "-o",
+            "custom-columns=NAME:.metadata.name,GPU:.status.allocatable.nvidia\\.com/gpu,"
+            "CPU:.status.allocatable.cpu,MEM:.status.allocatable.memory",
+        ).stdout
+    )
+    print(
+        kubectl(
+            api,
+            "get",
+            "clusterqueues,localqueues,resourceflavors,topologies,cohorts",
+            "-A",
+            "-o",
+            "wide",
+        ).stdout
+    )
+    ns, queue = stack.local_queue()
+    # the narrowest fabric level (the level above kubernetes.io/hostname)
+    job = gpu_job("gpu-probe", ns, queue, pods=1, gpus=2, topology=stack.levels[-2])
+    t_job = submit(api, job)
+    took = wait_for(lambda: admitted(workload_of(api, ns, "gpu-probe")), 90, step=0.05)
+    print(f"job {ns}/gpu-probe: Workload Admitted after {took}s")
+    took = wait_for(lambda: all_running(pods_of(api, ns, "gpu-probe"), 1), 90, step=0.05)
+    print(
+        f"job pod Running after {time.monotonic() - t_job:.1f}s"
+        if took is not None
+        else "job pod NOT running in 90s"
+    )
+    print(kubectl(api, "get", "workloads,jobs,pods", "-n", ns, "-o", "wide").stdout)
+    w = workload_of(api, ns, "gpu-probe") or {}
+    print(json.dumps((w.get("status") or {}).get("admission"), indent=1))
     print(
         f"\ntotal {time.monotonic() - t0:.1f}s; stop with: python -m tests.support.k8sapi stop {workdir}"
     )

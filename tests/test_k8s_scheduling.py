@@ -1,0 +1,258 @@
+"""Issue 6: Kueue admits topology-aware GPU jobs against railyard's compiled objects.
+
+A private etcd + kube-apiserver (:mod:`tests.support.k8sapi`) with the whole stack of
+:func:`tests.support.k8slab.start_stack`: the pinned CRDs, one spec's compiled objects,
+kube-controller-manager, kube-scheduler, KWOK with the plan's Kubernetes workers as
+Ready nodes (compiled labels, the spec's GPUs as ``nvidia.com/gpu``) and the Kueue
+manager with its webhooks.  Jobs are plain batch/v1 Jobs with a queue label; KWOK runs
+their pods (no kubelet, no images), so what is proven is admission and placement.
+
+Two specs: dgx-h100 (32 workers of 8 GPUs in one SU: a job of several whole nodes) and
+the lab (2 workers of 2 stand-in GPUs, one per SU, quota = all 4: wider than an SU,
+over quota).  Each test deletes its jobs and waits until their Workloads are gone.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.support import k8sapi, k8slab
+
+pytestmark = pytest.mark.k8s
+
+SPECS = {
+    "lab": ROOT / "inventories/lab/cluster.yaml",
+    "dgx-h100": ROOT / "inventories/dgx-h100/cluster.yaml",
+}
+
+
+def on(spec: str):
+    """Run a test against the stack of *spec* (pytest groups tests by it: one stack at a time)."""
+    return pytest.mark.parametrize("stack", [spec], indirect=True)
+
+
+@pytest.fixture(scope="module")
+def stack(request, tmp_path_factory):
+    missing = k8slab.missing_binaries(k8sapi.find_bin_dir())
+    if missing:
+        pytest.fail(
+            f"{', '.join(missing)} not built: run scripts/build-k8s.sh (scripts/bootstrap.sh does)"
+        )
+    work = tmp_path_factory.mktemp(f"k8s-{request.param}")
+    t0 = time.monotonic()
+    with k8sapi.K8sAPI.start(work) as api:
+        print(f"\n{request.param}: etcd + kube-apiserver ready in {time.monotonic() - t0:.1f} s")
+        s = k8slab.start_stack(api, SPECS[request.param], work / "render", log=print)
+        assert not s.rejected(), s.rejected()
+        yield s
+
+
+@pytest.fixture
+def jobs(stack):
+    """Jobs a test created, as (namespace, name); deleted afterwards, Workloads and pods gone."""
+    created: list[tuple[str, str]] = []
+    yield created
+    for ns, name in created:
+        k8slab.delete_job(stack.api, ns, name)
+
+
+def _submit(stack, jobs, job) -> float:
+    jobs.append((job["metadata"]["namespace"], job["metadata"]["name"]))
+    return k8slab.submit(stack.api, job)
+
+
+def _wait_admitted(stack, ns: str, name: str, timeout: float = 60) -> dict:
+    api = stack.api
+    took = k8slab.wait_for(
+        lambda: k8slab.admitted(k8slab.workload_of(api, ns, name)), timeout, 0.05
+    )
+    w = k8slab.workload_of(api, ns, name)
+    assert took is not None, f"{ns}/{name} not admitted in {timeout}s: {_conditions(w)}"
+    return w
+
+
+def _wait_running(stack, ns: str, name: str, n: int, timeout: float = 60) -> list[dict]:
+    api = stack.api
+    took = k8slab.wait_for(
+        lambda: k8slab.all_running(k8slab.pods_of(api, ns, name), n), timeout, 0.05
+    )
+    pods = k8slab.pods_of(api, ns, name)
+    assert took is not None, f"{ns}/{name}: not {n} pods Running in {timeout}s: " + str(
+        [(p["metadata"]["name"], p["status"].get("phase"), p["spec"].get("nodeName")) for p in pods]
+    )
+    return pods
+
+
+def _conditions(w: dict | None) -> list[str]:
+    return [
+        f"{c['type']}={c['status']} {c.get('reason', '')}: {c.get('message', '')}"
+        for c in ((w or {}).get("status") or {}).get("conditions") or []
+    ]
+
+
+def _node_labels(stack) -> dict[str, dict[str, str]]:
+    return {n["metadata"]["name"]: n["metadata"]["labels"] for n in stack.nodes}
+
+
+def _gpus_per_node(stack) -> int:
+    gpus = {int(n["status"]["allocatable"]["nvidia.com/gpu"]) for n in stack.nodes}
+    assert len(gpus) == 1, f"workers differ in GPU count: {gpus}"
+    return gpus.pop()
+
+
+def _su_level(stack) -> str:
+    """The compiled Topology's SU level (not a literal: whatever label the compiler chose)."""
+    return next(lvl for lvl in stack.levels if lvl.endswith("/su"))
+
+
+@on("dgx-h100")
+def test_a_required_su_job_runs_on_several_nodes_of_one_su(stack, jobs):
+    su, ns, queue = _su_level(stack), *stack.local_queue("training")
+    per_node = _gpus_per_node(stack)
+    nodes_per_su = Counter(labels[su] for labels in _node_labels(stack).values())
+    pods = 4  # whole nodes: the job needs 4 nodes, and an SU has more
+    assert pods <= max(nodes_per_su.values()), nodes_per_su
+    assert pods * per_node <= stack.gpu_quota("training")
+
+    t0 = _submit(
+        stack, jobs, k8slab.gpu_job("tas", ns, queue, pods=pods, gpus=per_node, topology=su)
+    )
+    w = _wait_admitted(stack, ns, "tas")
+    admit_s = time.monotonic() - t0
+    placed = _wait_running(stack, ns, "tas", pods)
+    running_s = time.monotonic() - t0
+    ta = w["status"]["admission"]["podSetAssignments"][0].get("topologyAssignment")
+    print(
+        f"\ntas: {pods} x {per_node} GPUs admitted in {admit_s:.2f} s, all Running in "
+        f"{running_s:.2f} s; topologyAssignment {json.dumps(ta)}"
+    )
+    assert ta and ta["levels"] and ta["slices"], w["status"]["admission"]
+    on_nodes = {p["spec"]["nodeName"] for p in placed}
+    labels = _node_labels(stack)
+    assert len({labels[n][su] for n in on_nodes}) == 1, {n: labels[n][su] for n in on_nodes}
+    assert len(on_nodes) == pods > 1, on_nodes
+
+
+@on("lab")
+def test_b_a_job_within_quota_but_wider_than_any_su_is_not_admitted(stack, jobs):
+    su, ns, queue = _su_level(stack), *stack.local_queue()
+    api = stack.api
+    cq = next(q["spec"]["clusterQueue"] for q in stack.compiled("LocalQueue"))
+    gpus_per_su = Counter()
+    for n in stack.nodes:
+        gpus_per_su[n["metadata"]["labels"][su]] += int(
+            n["status"]["allocatable"]["nvidia.com/gpu"]
+        )
+    widest = max(gpus_per_su.values())
+    assert widest + 1 <= stack.gpu_quota(cq), (gpus_per_su, stack.gpu_quota(cq))
+
+    _submit(stack, jobs, k8slab.gpu_job("wide", ns, queue, pods=widest + 1, gpus=1, topology=su))
+
+    def refused() -> dict | None:
+        c = k8slab.condition(k8slab.workload_of(api, ns, "wide"), "QuotaReserved")
+        return c if c and c["status"] == "False" and c.get("message") else None
+
+    assert k8slab.wait_for(refused, 30, 0.1) is not None, _conditions(
+        k8slab.workload_of(api, ns, "wide")
+    )
+    first = refused()  # with the whole quota free: only the topology can say no
+    print(
+        f"\nwide ({widest + 1} x 1 GPU, SUs hold {dict(gpus_per_su)}, quota "
+        f"{stack.gpu_quota(cq)}), quota free: {first['reason']}: {first['message']}"
+    )
+    assert "topology" in first["message"], first["message"]
+    # a job that fits one SU goes past it (BestEffortFIFO), onto one SU
+    t0 = _submit(stack, jobs, k8slab.gpu_job("narrow", ns, queue, pods=widest, gpus=1, topology=su))
+    _wait_admitted(stack, ns, "narrow")
+    admit_s = time.monotonic() - t0
+    placed = _wait_running(stack, ns, "narrow", widest)
+    labels = _node_labels(stack)
+    assert len({labels[p["spec"]["nodeName"]][su] for p in placed}) == 1, placed
+    time.sleep(2)
+    wide = k8slab.workload_of(api, ns, "wide")
+    c = k8slab.condition(wide, "QuotaReserved")
+    print(
+        f"narrow ({widest} x 1 GPU) admitted in {admit_s:.2f} s; wide still "
+        f"QuotaReserved={c['status']} {c['reason']}: {c['message']}"
+    )
+    assert not k8slab.admitted(wide) and c["status"] == "False", _conditions(wide)
+    assert k8slab.pods_of(api, ns, "wide") == []
+
+
+@on("lab")
+def test_c_a_job_over_quota_waits_until_quota_is_freed(stack, jobs):
+    ns, queue = stack.local_queue()
+    api = stack.api
+    cq = next(q["spec"]["clusterQueue"] for q in stack.compiled("LocalQueue"))
+    quota, per_node = stack.gpu_quota(cq), _gpus_per_node(stack)
+    assert quota % per_node == 0 and quota // per_node == len(stack.nodes), "quota = all GPUs"
+
+    _submit(stack, jobs, k8slab.gpu_job("a", ns, queue, pods=quota // per_node, gpus=per_node))
+    _wait_admitted(stack, ns, "a")
+    _wait_running(stack, ns, "a", quota // per_node)
+    _submit(stack, jobs, k8slab.gpu_job("b", ns, queue, pods=1, gpus=1))
+    pending_for = 3.0
+    t_end = time.monotonic() + pending_for
+    while time.monotonic() < t_end:
+        w = k8slab.workload_of(api, ns, "b")
+        c = k8slab.condition(w, "QuotaReserved")
+        assert not k8slab.admitted(w) and (c is None or c["status"] == "False"), _conditions(w)
+        assert k8slab.pods_of(api, ns, "b") == []
+        time.sleep(0.2)
+    assert c is not None, f"b has no QuotaReserved condition after {pending_for}s: {_conditions(w)}"
+    print(
+        f"\nb while a holds all {quota} GPUs: QuotaReserved={c['status']} {c['reason']}: {c['message']}"
+    )
+
+    t0 = time.monotonic()
+    k8slab.delete_job(api, ns, "a", wait=False)  # the Job in the background, its pods now
+    _wait_admitted(stack, ns, "b", timeout=60)
+    admit_s = time.monotonic() - t0
+    _wait_running(stack, ns, "b", 1)
+    print(
+        f"b admitted {admit_s:.2f} s after a was deleted, Running after {time.monotonic() - t0:.2f} s"
+    )
+
+
+def test_d_volcano_places_a_hard_tier1_job_inside_one_hypernode():
+    """vc-scheduler cannot be built here: the Go proxy refuses volcano.sh/apis.  The skip
+    prints the proxy's refusal, as scripts/build-k8s.sh recorded it; without that record
+    the test fails, and once vc-scheduler is built it fails until it is written."""
+    bin_dir = k8sapi.find_bin_dir() or k8slab.CACHE / "bin"
+    if (bin_dir / "vc-scheduler").is_file():
+        pytest.fail(
+            "not implemented: run vc-scheduler with the compiled volcano-scheduler.conf "
+            "and place a networkTopology hard, highestTierAllowed 1 job in one HyperNode"
+        )
+    refusal = bin_dir / ".refused-volcano"
+    if not refusal.is_file():
+        pytest.fail(
+            f"no vc-scheduler and no refusal record {refusal}: run scripts/build-k8s.sh volcano"
+        )
+    pytest.skip(
+        "vc-scheduler not built, the Go module proxy refused: "
+        + " ".join(refusal.read_text().split())
+    )
+
+
+QUANTITY_BUG = (
+    "the compiler renders the ClusterQueue memory quota as 64000000Mi; Kueue's controller "
+    "rewrites spec.resourceGroups with the canonical 62500Gi when it adds its finalizer "
+    "(field manager 'kueue', operation Update), so railyard's next server-side apply conflicts"
+)
+
+
+@pytest.mark.parametrize(
+    "stack",
+    ["lab", pytest.param("dgx-h100", marks=pytest.mark.xfail(strict=True, reason=QUANTITY_BUG))],
+    indirect=True,
+)
+def test_reapplying_the_compiled_objects_once_kueue_runs_is_conflict_free(stack):
+    """A second deploy (or drift's --remediate) after Kueue has reconciled the queues."""
+    assert stack.reapplied, "start_stack did not apply the objects a second time"
+    assert not stack.rejected(again=True), stack.rejected(again=True)
