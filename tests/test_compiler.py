@@ -254,6 +254,15 @@ def test_kueue_objects_apply_as_the_api_server_stores_them(lab_plan):
             assert all(isinstance(r["nominalQuota"], str) for r in flavor["resources"])
 
 
+@pytest.mark.parametrize("mb,want", [(0, "0"), (1000, "1000Mi"), (1024, "1Gi"), (1536, "1536Mi"),
+                                     (64000000, "62500Gi"), (2048000, "2000Gi"), (1024**3, "1Pi")])
+def test_memory_quotas_are_rendered_in_canonical_form(mb, want):
+    """Kueue writes quotas back canonicalized; any other spelling would make it own the field."""
+    from railyard.compiler.kubernetes import _quantity_mb
+
+    assert _quantity_mb(mb) == want
+
+
 def test_slurm_topology_and_kubernetes_labels_name_the_same_groups(lab_plan):
     """An SU is one set of nodes, whichever scheduler a job asks: Slurm's switch of that
     name plus the workers labelled with it are exactly the fabric's SU."""

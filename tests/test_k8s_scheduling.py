@@ -240,18 +240,7 @@ def test_d_volcano_places_a_hard_tier1_job_inside_one_hypernode():
     )
 
 
-QUANTITY_BUG = (
-    "the compiler renders the ClusterQueue memory quota as 64000000Mi; Kueue's controller "
-    "rewrites spec.resourceGroups with the canonical 62500Gi when it adds its finalizer "
-    "(field manager 'kueue', operation Update), so railyard's next server-side apply conflicts"
-)
-
-
-@pytest.mark.parametrize(
-    "stack",
-    ["lab", pytest.param("dgx-h100", marks=pytest.mark.xfail(strict=True, reason=QUANTITY_BUG))],
-    indirect=True,
-)
+@pytest.mark.parametrize("stack", ["lab", "dgx-h100"], indirect=True)
 def test_reapplying_the_compiled_objects_once_kueue_runs_is_conflict_free(stack):
     """A second deploy (or drift's --remediate) after Kueue has reconciled the queues."""
     assert stack.reapplied, "start_stack did not apply the objects a second time"

@@ -71,7 +71,17 @@ def _labels(cluster: Cluster, workers: list[Node], fabric: Fabric | None) -> tup
 
 
 def _quantity_mb(mb: int) -> str:
-    return f"{mb}Mi"
+    """*mb* MiB in the canonical form Kubernetes writes back (``64000000Mi`` is ``62500Gi``).
+
+    Kueue's controller rewrites a ClusterQueue's quotas in that form; a quota rendered any
+    other way would then be owned by Kueue and conflict with railyard's next apply.
+    """
+    suffixes = ("Mi", "Gi", "Ti", "Pi", "Ei")
+    i = 0
+    while mb and mb % 1024 == 0 and i < len(suffixes) - 1:
+        mb //= 1024
+        i += 1
+    return f"{mb}{suffixes[i]}" if mb else "0"
 
 
 def _kueue(cluster: Cluster, workers: list[Node], keys: tuple[str, ...], has_fabric: bool) -> list[dict[str, Any]]:
