@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from railyard.drift.compare import Observed, compare
-from railyard.drift.kubernetes import observation
+from railyard.drift.kubernetes import kinds_of, observation
 from tests.conftest import EXAMPLES
 from tests.support import k8sapi, k8slab
 
@@ -134,8 +134,8 @@ def test_drift_reads_the_applied_objects_back_as_clean_and_sees_an_edit(api, lab
     docs = [*lab_plan.kubernetes.kueue, *lab_plan.kubernetes.volcano]
 
     def observe():
-        kinds = sorted({f"{d['kind'].lower()}.{d['apiVersion'].rpartition('/')[0]}".rstrip(".") for d in docs})
-        lists = [yaml.safe_load(k8slab.kubectl(api, "get", k, "-A", "-o", "json", check=True).stdout) for k in kinds]
+        lists = [yaml.safe_load(k8slab.kubectl(api, "get", k, "-A", "-o", "json", check=True).stdout)
+                 for k in kinds_of(docs)]
         return observation({"items": []}, lists)
 
     def object_findings():

@@ -10,7 +10,8 @@ exec`` for lab containers and ssh for the rest; a test passes a recorded one.
 * files: every planned role in check+diff mode through ansible-runner (railyard.drift.files);
 * nodes: each node's driver ``observe()`` (railyard.drivers), then one ``systemctl show``
   for the units the plan's roles keep running or enabled (:func:`expected_units`);
-* kubernetes: not deployed by railyard yet; says so.
+* kubernetes: ``kubectl get`` of the Nodes and of the plan's Kueue/Volcano kinds on the
+  control-plane node (railyard.drift.kubernetes).
 """
 
 from __future__ import annotations
@@ -493,9 +494,32 @@ def spec_secrets(plan: Plan) -> dict[str, str]:
 # --------------------------------------------------------------------------- all
 
 
-def collect_kubernetes(plan: Plan) -> KubernetesObservation:
-    """railyard has no Kubernetes roles yet (issue 6): nothing runs there to observe."""
-    return KubernetesObservation(deployed=False, reason="railyard does not deploy the Kubernetes partition yet")
+KUBECTL = ["kubectl", "--kubeconfig", "/etc/kubernetes/admin.conf"]  # as roles/k8s_control_plane writes it
+
+
+def collect_kubernetes(plan: Plan, runner: Runner, timeouts: Timeouts = Timeouts()) -> KubernetesObservation:
+    """Nodes and the plan's Kueue/Volcano objects, as the API server returns them."""
+    from railyard.drift.kubernetes import kinds_of, observation
+
+    k = plan.kubernetes
+    assert k is not None
+    host = k.control_plane[0]
+    kinds = kinds_of([*k.kueue, *k.volcano])
+    commands = {"nodes": [*KUBECTL, "get", "nodes", "-o", "json"]}
+    if kinds:
+        commands["objects"] = [*KUBECTL, "get", ",".join(kinds), "-A", "-o", "json"]
+    with ThreadPoolExecutor(max_workers=len(commands)) as pool:
+        futures = {name: pool.submit(runner.run, host, argv, timeouts.command) for name, argv in commands.items()}
+        results = {name: fut.result() for name, fut in futures.items()}  # HostUnreachable -> a check error
+    for name, res in results.items():
+        if res.rc == 127 or "No such file" in res.stderr or "not found in $PATH" in res.stderr:
+            return KubernetesObservation(deployed=False, reason=f"no kubectl on {host}: the k8s_control_plane "
+                                                                f"role has not run there")
+        if res.rc != 0:
+            raise RuntimeError(f"`{' '.join(commands[name])}` on {host} failed (rc {res.rc}): "
+                               f"{res.stderr.strip()[-400:]}")
+    lists = [json.loads(results["objects"].stdout)] if "objects" in results else []
+    return observation(json.loads(results["nodes"].stdout), lists)
 
 
 def collect(
@@ -532,7 +556,7 @@ def collect(
         if plan.kubernetes is None:
             notes.append("kubernetes: the spec has no Kubernetes partition")
         else:
-            jobs["kubernetes"] = lambda: collect_kubernetes(plan)
+            jobs["kubernetes"] = lambda: collect_kubernetes(plan, runner, timeouts)
 
     timings: dict[str, float] = {}
     pool = ThreadPoolExecutor(max_workers=max(1, len(jobs)))

@@ -485,12 +485,14 @@ def compare_kubernetes(plan: Plan, obs: KubernetesObservation, fix: _Fix) -> lis
     if k is None or not obs.deployed:
         return []
     out: list[Finding] = []
-    expected_nodes = [*k.control_plane, *k.workers]
+    # Workers must be registered; a control-plane node may be (kubeadm runs a kubelet
+    # there, roles/k8s_control_plane does not).
+    expected_nodes = list(k.workers)
     for name in expected_nodes:
         if name not in obs.labels:
             out.append(Finding("kubernetes", name, "node_missing",
                                f"{name} is in the spec but not registered in Kubernetes",
-                               f"`systemctl status kubelet` on {name}, or {fix.up}", "registered", "missing"))
+                               f"`systemctl status kwok kubelet` on {name}, or {fix.up}", "registered", "missing"))
     for name, want in sorted(k.labels.items()):
         have = obs.labels.get(name)
         if have is None:
@@ -507,7 +509,7 @@ def compare_kubernetes(plan: Plan, obs: KubernetesObservation, fix: _Fix) -> lis
                                    f"`kubectl label --overwrite node {name} {key}={value}`, or {fix.up}",
                                    f"{key}={value}", f"{key}={have[key]}"))
     for name in obs.labels:
-        if name not in expected_nodes:
+        if name not in expected_nodes and name not in k.control_plane:
             out.append(Finding("kubernetes", name, "node_unexpected",
                                f"node {name} is registered in Kubernetes but not in the spec",
                                f"`kubectl delete node {name}`, or add it to the spec", "absent", "registered"))
@@ -520,7 +522,7 @@ def compare_kubernetes(plan: Plan, obs: KubernetesObservation, fix: _Fix) -> lis
             out.append(Finding("kubernetes", subject, "object_missing", f"{subject} is in the plan but not in the cluster",
                                f"{fix.up} creates it", "present", "missing"))
             continue
-        for path, w, h in subset_diff({"spec": want.get("spec", {})}, got):
+        for path, w, h in subset_diff({"spec": want["spec"]} if "spec" in want else {}, got):
             out.append(Finding("kubernetes", subject, "object_field",
                                f"{subject}: {path} is {h!r} in the cluster, the plan has {w!r}",
                                f"{fix.up} restores it", repr(w), repr(h)))

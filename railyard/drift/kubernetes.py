@@ -1,9 +1,10 @@
 """The kubernetes layer, pure half: ``kubectl get ... -o json`` documents -> an observation.
 
-railyard does not deploy the Kubernetes partition yet (its roles are issue 6), so the
-collector reports "not deployed"; once it does, the collector runs ``kubectl get nodes
--o json`` and ``kubectl get <kind> -A -o json`` for the kinds the plan has, and these
-functions turn the answers into a :class:`KubernetesObservation` for compare.
+The collector (railyard.drift.collect.collect_kubernetes) runs ``kubectl get nodes -o
+json`` and one ``kubectl get <kinds> -A -o json`` for the kinds the plan has
+(:func:`kinds_of`) on the control-plane node, with the admin kubeconfig the
+k8s_control_plane role writes; these functions turn the answers into a
+:class:`KubernetesObservation` for compare.
 """
 
 from __future__ import annotations
@@ -12,6 +13,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from railyard.drift.observed import KubernetesObservation
+
+
+def kinds_of(docs: Iterable[Mapping[str, Any]]) -> list[str]:
+    """``kind.group`` names for ``kubectl get`` (``namespace``, ``clusterqueue.kueue.x-k8s.io``)."""
+    return sorted({f"{d['kind'].lower()}.{str(d['apiVersion']).rpartition('/')[0]}".rstrip(".") for d in docs})
 
 
 def labels_from_nodes(doc: Mapping[str, Any]) -> dict[str, dict[str, str]]:

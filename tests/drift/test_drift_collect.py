@@ -98,6 +98,43 @@ def test_slurmctld_down_and_scontrol_missing(lab_plan):
     assert missing.failure == "scontrol is not installed on ctl1"
 
 
+# --------------------------------------------------------------------------- kubernetes
+
+
+def kubectl_answers(plan, labels=None) -> dict:
+    """What kcp1's kubectl returns for a cluster that is exactly the plan."""
+    from railyard.drift.kubernetes import kinds_of
+
+    k = plan.kubernetes
+    nodes = {"items": [{"metadata": {"name": n, "labels": dict((labels or k.labels)[n])}} for n in k.workers]}
+    objects = {"apiVersion": "v1", "kind": "List", "items": [*k.kueue, *k.volcano]}
+    get = ("kcp1", (*C.KUBECTL, "get"))
+    return {(get[0], (*get[1], "nodes", "-o", "json")): Result(0, json.dumps(nodes), ""),
+            (get[0], (*get[1], ",".join(kinds_of(objects["items"])), "-A", "-o", "json")):
+                Result(0, json.dumps(objects), "")}
+
+
+def test_kubernetes_from_the_control_plane(lab_plan):
+    obs = C.collect_kubernetes(lab_plan, RecordedRunner(kubectl_answers(lab_plan)))
+    assert obs.deployed and sorted(obs.labels) == ["kw1", "kw2"]
+    assert compare(lab_plan, Observed(kubernetes=obs)).findings == ()
+    moved = {n: dict(v) for n, v in lab_plan.kubernetes.labels.items()}
+    su = next(key for key in moved["kw1"] if key.endswith("/su"))
+    moved["kw1"][su] = "su9"
+    obs = C.collect_kubernetes(lab_plan, RecordedRunner(kubectl_answers(lab_plan, moved)))
+    [finding] = compare(lab_plan, Observed(kubernetes=obs)).findings
+    assert (finding.subject, finding.kind) == ("kw1", "label_value") and "su9" in finding.message
+
+
+def test_kubernetes_not_deployed_and_apiserver_down(lab_plan):
+    missing = RecordedRunner({}, default=Result(127, "", "exec: kubectl: not found"))
+    obs = C.collect_kubernetes(lab_plan, missing)
+    assert not obs.deployed and "k8s_control_plane" in obs.reason
+    down = RecordedRunner({}, default=Result(1, "", "The connection to the server 127.0.0.1:6443 was refused\n"))
+    with pytest.raises(RuntimeError, match="connection to the server 127.0.0.1:6443 was refused"):
+        C.collect_kubernetes(lab_plan, down)
+
+
 # --------------------------------------------------------------------------- nodes
 
 
@@ -275,8 +312,9 @@ def test_collect_runs_layers_and_turns_failures_into_errors(lab_plan, tmp_path, 
 
     monkeypatch.setattr(C, "collect_files", broken)
     monkeypatch.setattr("railyard.drivers.driver_for", lambda spec: FakeDriver({}))
-    runner = RecordedRunner(scontrol(), default=Result(0, "Id=slurmctld.service\nLoadState=loaded\n"
-                                                          "ActiveState=active\nUnitFileState=enabled\n", ""))
+    runner = RecordedRunner(scontrol() | kubectl_answers(lab_plan),
+                            default=Result(0, "Id=slurmctld.service\nLoadState=loaded\n"
+                                              "ActiveState=active\nUnitFileState=enabled\n", ""))
     observed = collect(lab_plan, ("slurm", "files", "nodes", "kubernetes"), runner, root=root)
     assert observed.layers == ("nodes", "slurm", "kubernetes")
     assert [e.message for e in observed.errors] == [
@@ -284,13 +322,13 @@ def test_collect_runs_layers_and_turns_failures_into_errors(lab_plan, tmp_path, 
     assert set(observed.timings) == {"nodes", "slurm", "kubernetes"}
     report = compare(lab_plan, observed)
     assert report.findings == ()
-    assert report.notes == ("kubernetes: not checked: railyard does not deploy the Kubernetes partition yet",)
+    assert report.notes == ()
     assert report.layers == ("nodes", "files", "slurm", "kubernetes")
     assert report.exit_code == exitcodes.ERROR
 
 
 def test_collect_layer_deadline(lab_plan, tmp_path, monkeypatch):
-    monkeypatch.setattr(C, "collect_kubernetes", lambda plan: time.sleep(2))
+    monkeypatch.setattr(C, "collect_kubernetes", lambda *_a: time.sleep(2))
     start = time.monotonic()
     observed = collect(lab_plan, ("kubernetes",), RecordedRunner({}), root=tmp_path,
                        timeouts=Timeouts(command=0.1, kubernetes=0.2))
