@@ -7,8 +7,9 @@
 # Parts: apt (test tools), venv (pinned Python deps + railyard), slurm (Debian's Slurm
 # daemons for the real-scheduler tests), podman (runtime for the lab and molecule),
 # image (the lab node image), pulumi (the engine, built from the Go module proxy),
-# k8s (etcd, kube-apiserver, kubectl and the pinned Kueue/Volcano CRDs for the
-# Kubernetes-object tests, built from the Go module proxy once, then cached).
+# k8s (Debian's etcd; kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
+# Kueue and KWOK built from the Go module proxy once, then cached; the pinned Kueue and
+# Volcano CRDs and manifests: for the lab's Kubernetes partition and its tests).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"

@@ -7,7 +7,7 @@
 #
 # Output: ${RAILYARD_K8S_CACHE:-~/.cache/railyard/k8s}/<K8S_VERSION>/bin
 #         .../crds/{kueue,volcano}/*.yaml  (CRDs copied from the module zips)
-#         .../manifests/kueue/{webhooks,controller_manager_config}.yaml, manifests/kwok/stages.yaml
+#         .../manifests/kueue/{webhooks,controller_manager_config,manager-role}.yaml, manifests/kwok/{stages,role}.yaml
 # Cached: a component whose binary and stamp (.stamp-<name>, holding the version it
 # was built from) are present is not touched, so a second run makes no network call
 # and returns at once.  A component the proxy refuses is remembered in
@@ -218,7 +218,7 @@ build_volcano() {  # scheduler + controller-manager, through a wrapper that repe
 }
 
 copy_crds() {  # Kueue's and Volcano's CRD YAMLs from their module zips
-    local want="kueue@$KUEUE_VERSION volcano@$VOLCANO_VERSION kwok@$KWOK_VERSION" logf=$LOGS/crds.log d
+    local want="kueue@$KUEUE_VERSION volcano@$VOLCANO_VERSION kwok@$KWOK_VERSION manifests:kueue-rbac+secrets,kwok-rbac" logf=$LOGS/crds.log d
     is_cached crds "$want" "$ROOT/crds/kueue" && return 0
     find_go
     rm -rf "$ROOT/crds" "$ROOT/manifests"; mkdir -p "$ROOT/crds/kueue" "$ROOT/crds/volcano"
@@ -229,10 +229,14 @@ copy_crds() {  # Kueue's and Volcano's CRD YAMLs from their module zips
     mkdir -p "$ROOT/manifests/kueue"   # webhook configurations + the manager's default config
     cp "$d"/config/components/webhook/manifests.yaml "$ROOT/manifests/kueue/webhooks.yaml"
     cp "$d"/config/components/manager/controller_manager_config.yaml "$ROOT/manifests/kueue/"
+    # the manager's ClusterRole, then its Role for Secrets in its own namespace
+    cat "$d"/config/components/rbac/role.yaml <(echo ---) "$d"/config/components/rbac/manager_secrets_role.yaml \
+        > "$ROOT/manifests/kueue/manager-role.yaml"
     d=$(cd "$ROOT" && gorun mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" 2>>"$logf" |
         python3 -c 'import json,sys; print(json.loads(sys.stdin.read()).get("Dir",""))' || true)
     if [[ -d $d/kustomize/stage ]]; then   # KWOK's stock "fast" stages (kwokctl's defaults)
         mkdir -p "$ROOT/manifests/kwok"
+        cp "$d"/kustomize/rbac/role.yaml "$ROOT/manifests/kwok/role.yaml"   # its ClusterRole
         cat "$d"/kustomize/stage/node/fast/node-initialize.yaml \
             <(echo ---) "$d"/kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
             <(echo ---) "$d"/kustomize/stage/pod/fast/pod-ready.yaml \
