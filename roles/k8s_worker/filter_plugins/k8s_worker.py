@@ -1,0 +1,82 @@
+"""Filters for k8s_worker: pure functions, tested in tests/test_k8s_filters.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+
+def _mebibytes(mb: int) -> str:
+    """*mb* MiB as the apiserver writes it back (``2048000Mi`` reads back as ``2000Gi``),
+    so comparing with what it holds is stable."""
+    suffix = iter(("Gi", "Ti", "Pi", "Ei"))
+    unit = "Mi"
+    while mb and mb % 1024 == 0 and unit != "Ei":
+        mb, unit = mb // 1024, next(suffix)
+    return f"{mb}{unit}" if mb else "0"
+
+
+def k8s_node(
+    name: str,
+    labels: dict[str, str],
+    hardware: dict[str, Any],
+    gpus: dict[str, Any] | None,
+    address: str,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """The Node a worker registers: the plan's labels, and the plan's capacity in status.
+
+    Capacity is what the spec says the node has (CPUs, memory in Mi, ``nvidia.com/gpu``),
+    so Kueue's quotas and kube-scheduler count the same GPUs as Slurm's gres.conf does.
+    """
+    cpus = int(hardware["sockets"]) * int(hardware["cores_per_socket"]) * int(hardware["threads_per_core"])
+    cap = {"cpu": str(cpus), "memory": _mebibytes(int(hardware["memory_mb"])), "pods": "110"}
+    if gpus and int(gpus.get("count", 0)):
+        cap["nvidia.com/gpu"] = str(int(gpus["count"]))
+    meta: dict[str, Any] = {
+        "name": name,
+        "labels": {**labels, "kubernetes.io/hostname": name, "kubernetes.io/os": "linux"},
+    }
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": meta,
+        "status": {
+            "capacity": cap,
+            "allocatable": cap,
+            "addresses": [{"type": "InternalIP", "address": address}, {"type": "Hostname", "address": name}],
+        },
+    }
+
+
+def k8s_node_status(node: dict[str, Any]) -> dict[str, Any]:
+    """The part of a Node that goes through the status subresource."""
+    return {"apiVersion": node["apiVersion"], "kind": node["kind"],
+            "metadata": {"name": node["metadata"]["name"]}, "status": node["status"]}
+
+
+def k8s_node_spec(node: dict[str, Any]) -> dict[str, Any]:
+    """The Node without status (the main resource ignores status on update)."""
+    return {k: v for k, v in node.items() if k != "status"}
+
+
+def k8s_worker_rbac(role_yaml: str, group: str) -> dict[str, Any]:
+    """KWOK's upstream ClusterRole and a binding of it to *group*, as one List."""
+    role = next(d for d in yaml.safe_load_all(role_yaml) if d and d.get("kind") == "ClusterRole")
+    name = role["metadata"]["name"]
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}],
+    }
+    return {"apiVersion": "v1", "kind": "List", "items": [role, binding]}
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {"k8s_node": k8s_node, "k8s_worker_rbac": k8s_worker_rbac, "k8s_node_status": k8s_node_status, "k8s_node_spec": k8s_node_spec}

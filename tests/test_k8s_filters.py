@@ -1,0 +1,135 @@
+"""The Kubernetes roles' filters (roles/{k8s_control_plane,k8s_worker,kueue}/filter_plugins)."""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support import molecule as support
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load(role: str, name: str):
+    spec = importlib.util.spec_from_file_location(f"{role}_{name}", ROOT / f"roles/{role}/filter_plugins/{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+cp = _load("k8s_control_plane", "k8s_control_plane")
+worker = _load("k8s_worker", "k8s_worker")
+kueue = _load("kueue", "kueue")
+
+
+def test_first_service_ip_is_the_ranges_first_host():
+    assert cp.k8s_first_service_ip("10.96.0.0/16") == "10.96.0.1"
+    assert cp.k8s_first_service_ip("172.20.0.0/24") == "172.20.0.1"
+    with pytest.raises(ValueError):
+        cp.k8s_first_service_ip("10.96.0.1/16")  # host bits set: a typo, not a range
+
+
+@pytest.fixture(scope="module")
+def artifacts() -> Path:
+    return support.render()
+
+
+@pytest.mark.parametrize("name", ["kw1", "kw2"])
+def test_node_carries_the_compiled_labels_and_the_plans_capacity(artifacts, name):
+    hv = json.loads((artifacts / f"ansible/host_vars/{name}.json").read_text())
+    labels = yaml.safe_load((artifacts / "kubernetes/node-labels.yaml").read_text())[name]
+    node = worker.k8s_node(name, hv["railyard_node_labels"], hv["railyard_hardware"], hv.get("railyard_gpus"),
+                           hv["railyard_address"], {"kwok.x-k8s.io/node": "fake"})
+    assert hv["railyard_node_labels"] == labels
+    assert node["metadata"]["labels"] == {**labels, "kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
+    assert node["status"]["capacity"] == {"cpu": "2", "memory": "1000Mi", "pods": "110", "nvidia.com/gpu": "2"}
+    assert node["status"]["allocatable"] == node["status"]["capacity"]
+    assert {"type": "InternalIP", "address": hv["railyard_address"]} in node["status"]["addresses"]
+    assert "status" not in worker.k8s_node_spec(node)
+    assert worker.k8s_node_status(node) == {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+                                            "status": node["status"]}
+
+
+def test_node_without_gpus_advertises_none():
+    hw = {"sockets": 2, "cores_per_socket": 56, "threads_per_core": 2, "memory_mb": 2_048_000}
+    node = worker.k8s_node("cpu01", {}, hw, None, "10.0.0.5")
+    assert node["status"]["capacity"] == {"cpu": "224", "memory": "2000Gi", "pods": "110"}
+    assert "annotations" not in node["metadata"]
+
+
+def test_kwok_rbac_binds_upstreams_role_to_the_group():
+    role = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: kwok-controller}\nrules: []\n"
+    out = worker.k8s_worker_rbac(role, "railyard:kwok")
+    assert out["kind"] == "List"
+    assert [i["kind"] for i in out["items"]] == ["ClusterRole", "ClusterRoleBinding"]
+    assert out["items"][1]["roleRef"]["name"] == "kwok-controller"
+    assert out["items"][1]["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                                            "name": "railyard:kwok"}]
+
+
+WEBHOOKS = """
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata: {name: mutating-webhook-configuration}
+webhooks:
+- name: mjob.kb.io
+  clientConfig: {service: {name: webhook-service, namespace: system, path: /mutate-batch-v1-job}}
+  rules: [{apiGroups: [batch], apiVersions: [v1], operations: [CREATE], resources: [jobs]}]
+- name: mjobset.kb.io
+  clientConfig: {service: {name: webhook-service, namespace: system, path: /mutate-jobset}}
+  rules: [{apiGroups: [jobset.x-k8s.io], apiVersions: [v1alpha2], operations: [CREATE], resources: [jobsets]}]
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata: {name: validating-webhook-configuration}
+webhooks:
+- name: vjobset.kb.io
+  clientConfig: {service: {name: webhook-service, namespace: system, path: /validate-jobset}}
+  rules: [{apiGroups: [jobset.x-k8s.io], apiVersions: [v1alpha2], operations: [CREATE], resources: [jobsets]}]
+"""
+
+
+def test_webhooks_call_the_manager_by_url_for_the_enabled_frameworks_only():
+    pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    out = kueue.kueue_webhooks_by_url(WEBHOOKS, "https://127.0.0.1:9443/", pem, ["kueue.x-k8s.io", "batch"])
+    # the validating configuration only had a JobSet webhook: nothing would serve it
+    assert [d["metadata"]["name"] for d in out] == ["kueue-mutating-webhook-configuration"]
+    (wh,) = out[0]["webhooks"]
+    assert wh["name"] == "mjob.kb.io"
+    assert wh["clientConfig"] == {"url": "https://127.0.0.1:9443/mutate-batch-v1-job",
+                                  "caBundle": base64.b64encode(pem.encode()).decode()}
+    docs = list(yaml.safe_load_all(WEBHOOKS))
+    kueue.kueue_webhooks_by_url(docs, "https://x", pem, ["batch"])
+    assert docs == list(yaml.safe_load_all(WEBHOOKS)), "the upstream documents must not be modified"
+
+
+def test_kueue_rbac_binds_the_renamed_manager_role_to_its_user():
+    role = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: manager-role}\nrules: []\n"
+    ns, cr, crb = kueue.kueue_rbac(role, "railyard:kueue", "kueue-system")
+    assert ns == {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kueue-system"}}
+    assert cr["metadata"] == {"name": "kueue-manager-role"}
+    assert crb["roleRef"]["name"] == "kueue-manager-role"
+    assert crb["subjects"][0]["name"] == "railyard:kueue"
+    assert kueue.k8s_list([ns])["items"] == [ns]
+
+
+def test_kueue_rbac_moves_the_secrets_role_into_the_managers_namespace():
+    """Without it the manager cannot watch Secrets in its namespace and never reconciles
+    a ClusterQueue (seen in molecule/kubernetes: "secrets is forbidden")."""
+    roles = ("apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: manager-role}\nrules: []\n"
+             "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n"
+             "metadata: {name: manager-secrets-role, namespace: system}\nrules: [{resources: [secrets]}]\n")
+    _ns, _cr, _crb, role, binding = kueue.kueue_rbac(roles, "railyard:kueue", "kueue-system")
+    assert role["metadata"] == {"name": "kueue-manager-secrets-role", "namespace": "kueue-system"}
+    assert role["rules"] == [{"resources": ["secrets"]}]
+    assert binding["kind"] == "RoleBinding" and binding["metadata"]["namespace"] == "kueue-system"
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": "kueue-manager-secrets-role"}
+    assert binding["subjects"][0]["name"] == "railyard:kueue"
