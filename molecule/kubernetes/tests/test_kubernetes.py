@@ -1,0 +1,219 @@
+"""Behaviour of the converged lab Kubernetes partition: control plane, KWOK workers, Kueue.
+
+kubectl runs on the control-plane node (``podman exec`` through testinfra) with the
+admin kubeconfig the role wrote. Expectations come from the molecule render of the lab
+plan (plan.json, kubernetes/*.yaml), never from literals here. Every Job is deleted at
+the end of its test so the tests do not depend on their order.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import testinfra
+import yaml
+
+from tests.support.verify import ARTIFACTS, assert_running, journal
+
+PLAN = json.loads((ARTIFACTS / "plan.json").read_text())
+GROUPS = PLAN["inventory_groups"]
+CP_NAME = GROUPS["k8s_control_plane"][0]
+WORKERS = GROUPS["k8s_worker"]
+CP = testinfra.get_host(f"podman://{CP_NAME}")
+KUEUE_DOCS = [d for d in yaml.safe_load_all((ARTIFACTS / "kubernetes/kueue.yaml").read_text()) if d]
+VOLCANO_DOCS = [d for d in yaml.safe_load_all((ARTIFACTS / "kubernetes/volcano.yaml").read_text()) if d]
+NODE_LABELS = yaml.safe_load((ARTIFACTS / "kubernetes/node-labels.yaml").read_text())
+TOPOLOGY = next(d for d in KUEUE_DOCS if d["kind"] == "Topology")
+LEVELS = [lvl["nodeLabel"] for lvl in TOPOLOGY["spec"]["levels"]]
+SU_LABEL = LEVELS[-2]  # the level above the node: the scalable unit
+LQ = next(d for d in KUEUE_DOCS if d["kind"] == "LocalQueue")
+CQ = next(d for d in KUEUE_DOCS if d["kind"] == "ClusterQueue")
+PLAN_GPUS = {n: json.loads((ARTIFACTS / f"ansible/host_vars/{n}.json").read_text()).get("railyard_gpus", {}).get("count", 0)
+             for n in WORKERS}
+GPU_QUOTA = int(next(r["nominalQuota"] for g in CQ["spec"]["resourceGroups"] for f in g["flavors"]
+                     for r in f["resources"] if r["name"] == "nvidia.com/gpu"))
+
+
+def kubectl(*args: str, stdin: str | None = None, check: bool = True):
+    cmd = "kubectl " + " ".join(f"'{a}'" for a in args)
+    if stdin is not None:
+        cmd = f"cat <<'EOF_RAILYARD' | {cmd}\n{stdin}\nEOF_RAILYARD"
+    out = CP.run(cmd)
+    if check and out.rc != 0:
+        pytest.fail(f"{cmd} -> rc {out.rc}\n{out.stdout}{out.stderr}")
+    return out
+
+
+def get(*args: str):
+    return json.loads(kubectl("get", *args, "-o", "json").stdout)
+
+
+def wait(pred, timeout: float, step: float = 0.5):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        got = pred()
+        if got:
+            return time.monotonic() - t0, got
+        time.sleep(step)
+    return None, None
+
+
+def job(name: str, pods: int, gpus: int, annotation: dict[str, str] | None = None) -> str:
+    ns, queue = LQ["metadata"]["namespace"], LQ["metadata"]["name"]
+    return json.dumps({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": ns, "labels": {"kueue.x-k8s.io/queue-name": queue}},
+        "spec": {
+            "parallelism": pods, "completions": pods, "suspend": True,
+            "template": {
+                "metadata": {"annotations": annotation or {}},
+                "spec": {"restartPolicy": "Never", "containers": [{
+                    "name": "train", "image": "registry.invalid/never-pulled:0",  # KWOK runs no container
+                    "resources": {"requests": {"cpu": "100m", "memory": "64Mi", "nvidia.com/gpu": str(gpus)},
+                                  "limits": {"nvidia.com/gpu": str(gpus)}}}]},
+            },
+        },
+    })
+
+
+def workload_of(name: str) -> dict | None:
+    ns = LQ["metadata"]["namespace"]
+    items = get("workloads", "-n", ns)["items"]
+    return next((w for w in items if any(o["name"] == name for o in w["metadata"].get("ownerReferences", []))), None)
+
+
+def condition(obj: dict | None, kind: str) -> dict:
+    return next((c for c in (obj or {}).get("status", {}).get("conditions", []) if c["type"] == kind), {})
+
+
+def running_pods(name: str) -> list[dict]:
+    ns = LQ["metadata"]["namespace"]
+    pods = get("pods", "-n", ns, "-l", f"batch.kubernetes.io/job-name={name}")["items"]
+    return [p for p in pods if p["status"].get("phase") == "Running"]
+
+
+def delete_job(name: str) -> None:
+    ns = LQ["metadata"]["namespace"]
+    kubectl("delete", "job", name, "-n", ns, "--ignore-not-found", "--cascade=foreground", "--wait=true",
+            "--timeout=60s", check=False)
+
+
+# -- the control plane and the nodes ----------------------------------------------------
+@pytest.mark.parametrize("unit", ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kueue"])
+def test_control_plane_units_run(unit):
+    assert_running(CP, unit)
+
+
+@pytest.mark.parametrize("name", WORKERS)
+def test_kwok_runs_on_each_worker(name):
+    assert_running(testinfra.get_host(f"podman://{name}"), "kwok")
+
+
+def test_keys_are_private():
+    keys = CP.run("find /etc/kubernetes/pki /etc/kueue -name '*.key' -printf '%m %u %p\\n'").stdout.split("\n")
+    keys = [k for k in keys if k]
+    assert len(keys) >= 6, keys
+    assert all(k.startswith("600 root ") for k in keys), keys
+    for name in WORKERS:
+        f = testinfra.get_host(f"podman://{name}").file("/etc/kwok/pki/node.key")
+        assert f.mode == 0o600 and f.user == "root"
+
+
+def test_kubeconfigs_hold_no_key_material():
+    for conf in ("admin", "controller-manager", "scheduler", "kueue"):
+        text = CP.file(f"/etc/kubernetes/{conf}.conf").content_string
+        assert "client-key: /etc/kubernetes/pki/" in text and "PRIVATE KEY" not in text, conf
+
+
+def test_nodes_are_ready_with_the_plans_labels_and_capacity():
+    nodes = {n["metadata"]["name"]: n for n in get("nodes")["items"]}
+    assert sorted(nodes) == sorted(WORKERS)
+    for name, node in nodes.items():
+        ready = condition(node, "Ready")
+        assert ready.get("status") == "True", (name, ready, journal(testinfra.get_host(f"podman://{name}"), "kwok"))
+        labels = node["metadata"]["labels"]
+        assert {k: labels.get(k) for k in NODE_LABELS[name]} == NODE_LABELS[name]
+        gpus = PLAN_GPUS[name]
+        assert node["status"]["allocatable"]["nvidia.com/gpu"] == str(gpus)
+
+
+
+def test_slurm_and_kubernetes_name_the_same_scalable_units():
+    """Each worker's SU label is the fabric group the plan puts it in (fabric_<su>), as for Slurm's switches."""
+    for name in WORKERS:
+        su = NODE_LABELS[name][SU_LABEL]
+        assert name in GROUPS[f"fabric_{su}"], (name, su)
+
+
+def test_compiled_objects_are_on_the_server_and_unchanged():
+    for kind, docs in (("kueue", KUEUE_DOCS), ("volcano", VOLCANO_DOCS)):
+        out = kubectl("diff", "--server-side", "--field-manager=railyard", "-f",
+                      f"/etc/kubernetes/railyard/{kind}.yaml", check=False)
+        assert out.rc == 0, f"{kind}.yaml differs from the server:\n{out.stdout}{out.stderr}"
+        assert docs
+    cq = get("clusterqueue", CQ["metadata"]["name"])
+    assert condition(cq, "Active").get("status") == "True", cq.get("status")
+
+
+def test_volcano_scheduler_configuration_is_the_compiled_one():
+    cm = get("configmap", "volcano-scheduler-configmap", "-n", "volcano-system")
+    want = (ARTIFACTS / "kubernetes/volcano-scheduler.conf").read_text()
+    assert cm["data"]["volcano-scheduler.conf"] == want
+    assert "network-topology-aware" in want
+
+
+# -- scheduling ---------------------------------------------------------------------------
+def test_topology_aware_job_lands_in_one_scalable_unit():
+    """Two pods x 1 GPU that must share one SU: admitted with a topology assignment, and
+    both pods run on nodes with the same SU label."""
+    name = "tas-one-su"
+    delete_job(name)
+    t0 = time.monotonic()
+    kubectl("apply", "-f", "-", stdin=job(name, 2, 1, {"kueue.x-k8s.io/podset-required-topology": SU_LABEL}))
+    try:
+        took, wl = wait(lambda: (w := workload_of(name)) and condition(w, "Admitted").get("status") == "True" and w, 60)
+        assert took is not None, f"not admitted in 60 s: {workload_of(name)}"
+        print(f"\nTAS job admitted {time.monotonic() - t0:.2f} s after it was created")
+        assignment = wl["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]
+        assert assignment["levels"], assignment
+        ran, pods = wait(lambda: len(p := running_pods(name)) == 2 and p, 60)
+        assert ran is not None, kubectl("get", "pods", "-A", "-o", "wide").stdout
+        print(f"both pods Running {time.monotonic() - t0:.2f} s after the job was created")
+        nodes = {p["spec"]["nodeName"] for p in pods}
+        sus = {NODE_LABELS[n][SU_LABEL] for n in nodes}
+        assert len(sus) == 1, f"pods on {nodes} span SUs {sus}"
+    finally:
+        delete_job(name)
+
+
+def test_job_over_the_quota_waits_until_quota_frees():
+    first, second = "fills-quota", "over-quota"
+    per_node = max(PLAN_GPUS.values())
+    pods = GPU_QUOTA // per_node
+    for n in (first, second):
+        delete_job(n)
+    try:
+        kubectl("apply", "-f", "-", stdin=job(first, pods, per_node))
+        took, _ = wait(lambda: condition(workload_of(first), "Admitted").get("status") == "True", 60)
+        assert took is not None, f"{first} not admitted: {workload_of(first)}"
+        kubectl("apply", "-f", "-", stdin=job(second, 1, 1))
+        wait(lambda: workload_of(second), 30)
+        time.sleep(5)  # Kueue has had every chance to admit it
+        wl = workload_of(second)
+        reserved = condition(wl, "QuotaReserved")
+        assert reserved.get("status") != "True", f"{second} got quota while {first} holds all of it: {wl}"
+        print(f"\n{second} pending: {reserved.get('reason')}: {reserved.get('message')}")
+        assert not running_pods(second)
+        t0 = time.monotonic()
+        delete_job(first)
+        took, _ = wait(lambda: condition(workload_of(second), "Admitted").get("status") == "True", 60)
+        assert took is not None, f"{second} not admitted after {first} freed the quota: {workload_of(second)}"
+        print(f"{second} admitted {time.monotonic() - t0:.2f} s after {first} was deleted")
+    finally:
+        for n in (first, second):
+            delete_job(n)
+
+
+# Volcano placement: tests/test_k8s_scheduling.py (vc-scheduler cannot be built here).
