@@ -25,6 +25,7 @@ from railyard.deploy.secrets import resolve_output
 from railyard.drivers import PodmanNode, RedfishNode, to_props
 
 MUNGE_KEY_BYTES = 1024  # what `mungekey` makes by default
+K8S_API_PORT = 6443  # roles/k8s_control_plane/defaults: k8s_control_plane_api_port
 
 
 @dataclass
@@ -142,7 +143,8 @@ class SlurmPartition(pulumi.ComponentResource):
 
 
 class KubernetesPartition(pulumi.ComponentResource):
-    """Control plane and workers; its roles (issue 6) plug into the same table."""
+    """Control plane, workers, Kueue and Volcano (roles k8s_control_plane, k8s_worker,
+    kueue, volcano); outputs say where the API server is and what queues it holds."""
 
     def __init__(self, name: str, ctx: Context, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("railyard:cluster:KubernetesPartition", name, None, opts)
@@ -150,8 +152,15 @@ class KubernetesPartition(pulumi.ComponentResource):
     def finish(self, ctx: Context) -> None:
         k = ctx.plan.kubernetes
         assert k is not None
-        self.register_outputs({
+        cp = k.control_plane[0]
+        self.summary: dict[str, Any] = {
             "control_plane": list(k.control_plane),
             "workers": list(k.workers),
-            "roles": _roles(ctx, "kubernetes"),
-        })
+            "api_server": ctx.nodes[cp].address.apply(lambda a: f"https://{a}:{K8S_API_PORT}"),
+            # root-only on the control-plane node; names cert files, holds no key
+            "admin_kubeconfig": f"{cp}:/etc/kubernetes/admin.conf",
+            "cluster_queues": [o["metadata"]["name"] for o in k.kueue if o["kind"] == "ClusterQueue"],
+            "local_queues": [f"{o['metadata']['namespace']}/{o['metadata']['name']}"
+                             for o in k.kueue if o["kind"] == "LocalQueue"],
+        }
+        self.register_outputs({**self.summary, "roles": _roles(ctx, "kubernetes")})

@@ -54,6 +54,13 @@ STEPS: tuple[Step, ...] = (
     Step("slurm_login", "slurm_login", ("slurm_controller", "nfs_client", "lustre_client"), ("slurm/*",), "slurm"),
     Step("pyxis", "slurm_compute:slurm_login", ("enroot", "slurm_compute", "slurm_login"),
          ("slurm/plugstack.conf.d/*",), "slurm"),
+    Step("k8s_control_plane", "k8s_control_plane", ("common",), (), "kubernetes"),
+    # workers register their Node through the control plane (labels from node-labels.yaml
+    # reach them as host variables)
+    Step("k8s_worker", "k8s_worker", ("k8s_control_plane",), (), "kubernetes"),
+    Step("kueue", "k8s_control_plane", ("k8s_control_plane",), ("kubernetes/kueue.yaml",), "kubernetes"),
+    Step("volcano", "k8s_control_plane", ("k8s_control_plane",),
+         ("kubernetes/volcano.yaml", "kubernetes/volcano-scheduler.conf"), "kubernetes"),
 )
 
 
@@ -72,6 +79,42 @@ def _package_vars(prefix: str, which: str) -> Callable[[Plan], dict[str, Any]]:
     return lambda p: {f"{prefix}_package": _package(p, which), f"{prefix}_package_required": not is_lab(p)}
 
 
+# The Kubernetes release scripts/build-k8s.sh builds for the lab (its K8S_VERSION); the
+# lab spec pins its minor (tests/test_k8s_objects.py checks both).
+LAB_K8S_RELEASE = "1.35.4"
+
+
+def lab_k8s_dir() -> Path:
+    """Where scripts/build-k8s.sh leaves the lab's binaries (bin/), CRDs and manifests."""
+    cache = os.environ.get("RAILYARD_K8S_CACHE") or str(Path.home() / ".cache/railyard/k8s")
+    return Path(cache) / f"v{LAB_K8S_RELEASE}"
+
+
+def _k8s_vars(role: str) -> Callable[[Plan], dict[str, Any]]:
+    """Install sources of the Kubernetes roles: the lab's locally built binaries and
+    upstream manifests, or (elsewhere) the official releases."""
+
+    def make(plan: Plan) -> dict[str, Any]:
+        versions = plan.spec.cluster.versions
+        lab = is_lab(plan)
+        d = lab_k8s_dir()
+        if role == "k8s_control_plane":
+            out: dict[str, Any] = {"k8s_control_plane_install_source": "binaries" if lab else "release"}
+            if lab:
+                out |= {"k8s_control_plane_version": LAB_K8S_RELEASE, "k8s_control_plane_binaries_dir": str(d / "bin")}
+            return out
+        if role == "k8s_worker":
+            return {"k8s_worker_install_source": "binaries" if lab else "release",
+                    "k8s_worker_kwok_manifests_dir": str(d / "manifests/kwok"),
+                    **({"k8s_worker_binaries_dir": str(d / "bin")} if lab else {})}
+        if role == "kueue":
+            return {"kueue_version": versions.kueue, "kueue_binaries_dir": str(d / "bin"), "kueue_manifests_dir": str(d)}
+        return {"volcano_version": versions.volcano, "volcano_crds_dir": str(d / "crds/volcano"),
+                "volcano_controllers_required": not lab}
+
+    return make
+
+
 # Public role variables that come from the plan (the rest comes from the inventory and
 # the rendered artifacts). Enroot, Pyxis and the Lustre client are not in Debian: in the
 # lab a missing package is skipped with the reason printed, elsewhere it fails the role.
@@ -79,6 +122,7 @@ ROLE_VARS: dict[str, Callable[[Plan], dict[str, Any]]] = {
     "enroot": _package_vars("enroot", "enroot"),
     "pyxis": _package_vars("pyxis", "pyxis"),
     "lustre_client": _package_vars("lustre_client", "lustre"),
+    **{role: _k8s_vars(role) for role in ("k8s_control_plane", "k8s_worker", "kueue", "volcano")},
 }
 
 # The pipelining podman connection (module runs ~3x faster than containers.podman's,

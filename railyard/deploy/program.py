@@ -106,6 +106,8 @@ def program(plan: Plan, root: Path = ROOT, remediate: dict[str, tuple[str, ...]]
         **({f"slurm/{p.name}": p.hostlist for p in plan.slurm.partitions} if plan.slurm else {}),
         **({"kubernetes": ",".join(plan.kubernetes.workers)} if plan.kubernetes else {}),
     })
+    if "kubernetes" in components:
+        pulumi.export("kubernetes", components["kubernetes"].summary)
     pulumi.export("topology", topology_summary(plan))
     pulumi.export("roles", [pb.role for pb in planned])
     pulumi.export("skipped", notes)

@@ -3,7 +3,7 @@
 The stack lives in a temporary backend and work directory, so a developer's own lab
 state is never touched; the containers are the lab's real ones (railyard-lab-*), so the
 test refuses to run while a lab is already up. The steps run in file order and share
-one stack: up from clean -> Slurm job -> no-change preview and refresh -> consecutive
+one stack: up from clean -> Slurm job -> Kubernetes nodes Ready, queues Active -> no-change preview and refresh -> consecutive
 clean drift checks -> a node removed by hand -> an interrupted up -> a batch of injected
 drift found, remediated by `railyard up`, clean again -> destroy leaves nothing.
 """
@@ -122,6 +122,9 @@ def test_up_from_clean(stack: dict) -> None:
     assert outputs["controller"].value == "ctl1"
     assert outputs["login_command"].value == "podman exec -it railyard-lab-login1 bash"
     assert {n["name"]: n["partition"] for n in outputs["nodes"].value}["gpu003"] == "slurm"
+    k8s = outputs["kubernetes"].value
+    assert k8s["api_server"] == f"https://{next(n.address for n in plan.nodes if n.name == 'kcp1')}:6443"
+    assert k8s["workers"] == ["kw1", "kw2"]
     rails = _podman("exec", "railyard-lab-gpu001", "ip", "-br", "addr").stdout
     assert "rail0" in rails and "rail1" in rails  # the two rail leaves of su1
 
@@ -136,6 +139,28 @@ def test_slurm_job_runs_on_4_nodes(stack: dict) -> None:
     # the live topology is the plan's: every switch with its nodes and children
     topo = _podman("exec", "railyard-lab-login1", "scontrol", "show", "topology").stdout
     assert observed_topology(topo) == expected_topology(plan), topo
+
+
+def test_kubernetes_partition_serves_the_plan(stack: dict) -> None:
+    """pulumi up leaves a control plane whose workers are Ready with the plan's labels and
+    whose ClusterQueues are Active (scheduling itself: molecule/kubernetes, test_k8s_scheduling)."""
+    plan = load_plan(LAB)
+    assert plan.kubernetes is not None
+
+    def kubectl(*args: str) -> dict:
+        return json.loads(_podman("exec", "railyard-lab-kcp1", "kubectl", *args, "-o", "json").stdout)
+
+    nodes = {n["metadata"]["name"]: n for n in kubectl("get", "nodes")["items"]}
+    assert sorted(nodes) == sorted(plan.kubernetes.workers)
+    for name, node in nodes.items():
+        ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
+        assert ready["status"] == "True", (name, ready)
+        labels = node["metadata"]["labels"]
+        assert {k: labels.get(k) for k in plan.kubernetes.labels[name]} == plan.kubernetes.labels[name]
+    for cq in (o for o in plan.kubernetes.kueue if o["kind"] == "ClusterQueue"):
+        got = kubectl("get", "clusterqueue", cq["metadata"]["name"])
+        active = next(c for c in got["status"]["conditions"] if c["type"] == "Active")
+        assert active["status"] == "True", got["status"]
 
 
 def test_no_change_preview_and_refresh(stack: dict) -> None:

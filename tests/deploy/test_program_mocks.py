@@ -145,6 +145,8 @@ def test_components_and_their_children(lab_graph: list[Registered]) -> None:
     assert parent_of["common"] == fabric
     assert parent_of["nfs_client"] == comps["railyard:cluster:SharedStorage"].urn
     assert parent_of["slurm_compute"] == comps["railyard:cluster:SlurmPartition"].urn
+    k8s = comps["railyard:cluster:KubernetesPartition"].urn
+    assert all(parent_of[r] == k8s for r in ("k8s_control_plane", "k8s_worker", "kueue", "volcano"))
 
 
 def test_every_role_of_the_table_is_a_playbook_on_its_group(lab_graph: list[Registered]) -> None:
@@ -156,6 +158,8 @@ def test_every_role_of_the_table_is_a_playbook_on_its_group(lab_graph: list[Regi
     assert hosts["nfs_server"] == ["nfs1"]
     assert len(hosts["common"]) == 10
     assert sorted(hosts["munge"]) == ["ctl1", "gpu001", "gpu002", "gpu003", "gpu004", "login1"]
+    assert hosts["k8s_control_plane"] == hosts["kueue"] == hosts["volcano"] == ["kcp1"]
+    assert hosts["k8s_worker"] == ["kw1", "kw2"]
 
 
 def test_dependencies_follow_the_order(lab_graph: list[Registered]) -> None:
@@ -173,6 +177,10 @@ def test_dependencies_follow_the_order(lab_graph: list[Registered]) -> None:
     waits("slurm_compute", "slurm_controller", "nfs_client", "gpu001", "gpu004")
     waits("slurm_login", "slurm_controller", "nfs_client", "login1")
     waits("common", *(n.name for n in load_plan(LAB).nodes))
+    waits("k8s_control_plane", "common", "kcp1")
+    waits("k8s_worker", "k8s_control_plane", "kw1", "kw2")
+    waits("kueue", "k8s_control_plane")
+    waits("volcano", "k8s_control_plane")
     nodes = _by(lab_graph, NODE)
     assert urn["mgmt"] in nodes["ctl1"].dependencies
     assert {urn["su1-rail0"], urn["su1-rail1"]} <= set(nodes["gpu001"].dependencies)
