@@ -2,18 +2,24 @@
 
     .venv/bin/python benchmarks/k8s_bench.py                          # the lab spec, 10 jobs
     .venv/bin/python benchmarks/k8s_bench.py --spec inventories/dgx-h100/cluster.yaml --jobs 20
+    .venv/bin/python benchmarks/k8s_bench.py --roles                  # also: the lab partition by its roles
 
 Starts etcd + kube-apiserver and the stack of ``tests.support.k8slab.start_stack`` (CRDs,
 the compiled objects, kube-controller-manager, kube-scheduler, KWOK nodes, Kueue with its
 webhooks) under .railyard/bench/k8s/, then creates ``--jobs`` Jobs one after the other
 (each: 1 pod, 1 GPU, required inside one SU) and times job created -> Workload Admitted
 and -> pod Running, deleting each before the next.  Also a no-op (cached) run of
-scripts/build-k8s.sh.  Figures only, no pass/fail.
+scripts/build-k8s.sh.  With ``--roles``, also the lab's Kubernetes partition as `pulumi
+up` installs it: ``molecule converge -s kubernetes`` (kcp1 + 2 KWOK workers, the four
+roles) from new containers, then again (must change nothing).  First-build times are
+printed by scripts/build-k8s.sh itself (per component, on a machine without the cache).
+Figures only, no pass/fail.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import subprocess
@@ -25,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.support import k8sapi, k8slab
+from tests.support import molecule as mol
 
 BENCH = ROOT / ".railyard" / "bench" / "k8s"
 COMPONENTS = "etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kueue kwok crds"
@@ -38,6 +45,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--spec", type=Path, default=ROOT / "inventories/lab/cluster.yaml")
     ap.add_argument("--jobs", type=int, default=10, help="jobs created one after the other")
+    ap.add_argument("--roles", action="store_true", help="also time molecule/kubernetes converge, twice")
     args = ap.parse_args()
     missing = k8slab.missing_binaries(k8sapi.find_bin_dir())
     if missing:
@@ -95,7 +103,32 @@ def main() -> int:
                 f"{what:<34}: median {statistics.median(xs):5.2f} s, p90 {p90(xs):5.2f} s, "
                 f"max {max(xs):5.2f} s over {len(xs)} jobs"
             )
+    if args.roles:
+        roles_bring_up()
     return 0
+
+
+def roles_bring_up() -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from converge_bench import changed, molecule
+
+    reason = mol.podman_available()
+    if reason:
+        print(f"roles: skipped: {reason}")
+        return
+    env = {**os.environ, "PATH": f"{ROOT / '.venv/bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
+    mol.prepare("lab")
+    try:
+        molecule("destroy", ROOT, "kubernetes", env)
+        t_create, _ = molecule("create", ROOT, "kubernetes", env)
+        t1, out1 = molecule("converge", ROOT, "kubernetes", env)
+        t2, out2 = molecule("converge", ROOT, "kubernetes", env)
+    finally:
+        molecule("destroy", ROOT, "kubernetes", env)
+        mol.clean()
+    print(f"roles, 3 containers created:          {t_create:5.1f} s")
+    print(f"roles, first converge:                {t1:5.1f} s ({changed(out1)} changed)")
+    print(f"roles, second converge:               {t2:5.1f} s ({changed(out2)} changed)")
 
 
 if __name__ == "__main__":
