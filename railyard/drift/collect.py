@@ -134,6 +134,10 @@ def role_exists(root: Path, role: str) -> bool:
     return (root / "roles" / role / "tasks" / "main.yml").is_file()
 
 
+# The roles whose systemd units the nodes layer checks (expected_units says which).
+UNIT_ROLES = ("munge", "slurm_controller", "slurm_compute", "nfs_client", "k8s_control_plane", "k8s_worker", "kueue")
+
+
 def expected_units(plan: Plan, roles: Sequence[str]) -> dict[str, tuple[tuple[str, str, str], ...]]:
     """host -> ((unit, want, role), ...): what the given (existing) roles keep on each host.
 
@@ -160,6 +164,15 @@ def expected_units(plan: Plan, roles: Sequence[str]) -> dict[str, tuple[tuple[st
             add(plan.slurm.controllers, "slurmctld.service", "active", "slurm_controller")
         if "slurm_compute" in roles:
             add(plan.slurm.compute, "slurmd.service", "active", "slurm_compute")
+    if plan.kubernetes is not None:
+        cp, workers = plan.kubernetes.control_plane, plan.kubernetes.workers
+        if "k8s_control_plane" in roles:
+            for unit in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"):
+                add(cp, f"{unit}.service", "active", "k8s_control_plane")
+        if "kueue" in roles:
+            add(cp, "kueue.service", "active", "kueue")
+        if "k8s_worker" in roles:  # the role's node agent: KWOK, the only one it installs
+            add(workers, "kwok.service", "active", "k8s_worker")
     if "nfs_client" in roles:
         for m in plan.storage.mounts:
             if m.type == "nfs":
@@ -287,7 +300,7 @@ def _with_bmc_password(plan: Plan, group_index: int, spec: Any) -> Any:
 
 def collect_nodes(plan: Plan, runner: Runner, *, root: Path = ROOT, timeouts: Timeouts = Timeouts(),
                   workers: int = 8) -> NodesObservation:
-    roles = [r for r in ("munge", "slurm_controller", "slurm_compute", "nfs_client") if role_exists(root, r)]
+    roles = [r for r in UNIT_ROLES if role_exists(root, r)]
     units = expected_units(plan, roles)
     names = [n.name for n in plan.nodes]
     out: dict[str, NodeObservation] = {}
