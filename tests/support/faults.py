@@ -147,6 +147,11 @@ FAULTS: tuple[Fault, ...] = (
         (_files("nfs1", "file_changed", "nfs1: /etc/hosts differs from the plan (1 plan line missing, 1 extra)"),),
     ),
     Fault(
+        "Kueue manager stopped", "kcp1", "systemctl stop kueue",
+        (Want("nodes", "kcp1", "unit_inactive", "kueue.service is inactive"),
+         _files("kcp1", "service", "service kueue is inactive")),
+    ),
+    Fault(
         "node container deleted", "kw1", "",
         (Want("nodes", "kw1", "missing", "kw1: container railyard-lab-kw1 does not exist"),),
         may=(Want("files", "kw1", "unreachable"),),
