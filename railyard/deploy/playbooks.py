@@ -156,6 +156,14 @@ def runner_settings(root: Path, inventory: str, private_dir: Path) -> tuple[list
     return inventories, env
 
 
+def mitogen_env() -> dict[str, str]:
+    """Where Ansible finds Mitogen's strategies (``mitogen_free``, ...), from the installed
+    ``mitogen`` package; the drift check's plays use them."""
+    import ansible_mitogen
+
+    return {"ANSIBLE_STRATEGY_PLUGINS": str(Path(ansible_mitogen.__file__).parent / "plugins" / "strategy")}
+
+
 def connection_plugin_dir(root: Path) -> Path | None:
     return next((root / d for d in PODMAN_CONNECTION_DIRS if (root / d / "podman.py").is_file()), None)
 

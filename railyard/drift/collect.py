@@ -330,7 +330,7 @@ class CollectorError(RuntimeError):
 class FilesRun:
     """What one check-mode run needs; built by :func:`prepare_files`, pure but for the disk."""
 
-    playbooks: tuple[tuple[str, str], ...]  # (role, its check-mode playbook), in STEPS order
+    playbook: str  # one play per role, in STEPS order
     inventory: str
     extravars: dict[str, Any]
     hosts: tuple[str, ...]
@@ -361,7 +361,7 @@ def prepare_files(plan: Plan, root: Path, secrets: Mapping[str, str]) -> FilesRu
         extravars.update({var: secrets[name] for var, name in pb.secrets})
     hosts = tuple(dict.fromkeys(h for pb in runnable for h in pb.hosts))
     return FilesRun(
-        playbooks=tuple((pb.role, check_playbook([(pb.role, pb.group)])) for pb in runnable),
+        playbook=check_playbook((pb.role, pb.group) for pb in runnable),
         inventory=f"{adir}/ansible/inventory.json",
         extravars=extravars,
         hosts=hosts,
@@ -370,25 +370,12 @@ def prepare_files(plan: Plan, root: Path, secrets: Mapping[str, str]) -> FilesRu
     )
 
 
-# How many roles are checked at once. One ansible-playbook keeps about one core busy
-# (its forks and the podman execs they start); on the 2-core lab machine one at a time
-# was fastest (lab, 10 hosts: 106 s sequential, 118 s two at a time, 137 s three).
-FILES_PARALLEL = max(1, (os.cpu_count() or 2) // 2)
-
-
-def run_check_mode(run: FilesRun, root: Path, timeouts: Timeouts) -> list[tuple[str, list[dict[str, Any]], Any]]:
-    """Every role's playbook with ``--check --diff``, :data:`FILES_PARALLEL` at a time:
-    ``[(role, events, (status, rc, tail))]`` in the run's order. Events stay in memory
-    (never on disk: no_log or not)."""
-    with ThreadPoolExecutor(max_workers=FILES_PARALLEL) as pool:
-        futures = [pool.submit(_check_one, playbook, run, root, timeouts) for _role, playbook in run.playbooks]
-        return [(role, *fut.result()) for (role, _), fut in zip(run.playbooks, futures, strict=True)]
-
-
-def _check_one(playbook: str, run: FilesRun, root: Path, timeouts: Timeouts) -> tuple[list[dict[str, Any]], Any]:
+def run_check_mode(run: FilesRun, root: Path, timeouts: Timeouts) -> tuple[list[dict[str, Any]], Any]:
+    """The run's playbook with ``--check --diff``: ``(events, (status, rc, tail))``.
+    Events stay in memory (never on disk: no_log or not)."""
     import ansible_runner
 
-    from railyard.deploy.playbooks import runner_settings
+    from railyard.deploy.playbooks import mitogen_env, runner_settings
 
     events: list[dict[str, Any]] = []
 
@@ -399,7 +386,7 @@ def _check_one(playbook: str, run: FilesRun, root: Path, timeouts: Timeouts) -> 
     with tempfile.TemporaryDirectory(prefix="railyard-drift-") as tmp:
         os.chmod(tmp, 0o700)
         (Path(tmp) / "project").mkdir()
-        (Path(tmp) / "project" / "site.yml").write_text(playbook)
+        (Path(tmp) / "project" / "site.yml").write_text(run.playbook)
         # The same inventories, roles and connection as the Playbook resources use.
         inventories, envvars = runner_settings(root, run.inventory, Path(tmp))
         result = ansible_runner.run(
@@ -413,6 +400,7 @@ def _check_one(playbook: str, run: FilesRun, root: Path, timeouts: Timeouts) -> 
             timeout=int(timeouts.files),
             envvars={
                 **envvars,
+                **mitogen_env(),
                 "ANSIBLE_TIMEOUT": str(int(timeouts.command)),  # connection
                 "ANSIBLE_TASK_TIMEOUT": str(int(timeouts.files)),
                 "ANSIBLE_RETRY_FILES_ENABLED": "0",
@@ -420,7 +408,7 @@ def _check_one(playbook: str, run: FilesRun, root: Path, timeouts: Timeouts) -> 
         )
         status, rc = result.status, result.rc
         tail = ""
-        if status not in ("successful", "failed"):
+        if status not in ("successful", "failed") or rc is None:
             try:
                 tail = "\n".join(result.stdout.read().strip().splitlines()[-5:])
             except Exception:  # noqa: BLE001 - only for the message
@@ -430,21 +418,19 @@ def _check_one(playbook: str, run: FilesRun, root: Path, timeouts: Timeouts) -> 
 
 def collect_files(plan: Plan, *, root: Path = ROOT, secrets: Mapping[str, str] | None = None,
                   timeouts: Timeouts = Timeouts()) -> tuple[FilesObservation, list[str]]:
-    from railyard.drift.files import merge_summaries, summarize_events
+    from railyard.drift.files import summarize_events
 
     run = prepare_files(plan, root, secrets or {})
     if not run.roles:
         return FilesObservation(hosts=(), roles=()), run.notes
-    summaries = []
-    for role, events, (status, rc, tail) in run_check_mode(run, root, timeouts):
-        if status == "timeout":
-            raise CollectorError(f"role {role}: ansible-playbook --check did not finish within {timeouts.files:.0f}s")
-        summary = summarize_events(events)
-        if not summary.finished:
-            raise CollectorError(f"role {role}: ansible-playbook --check stopped early ({status}, exit {rc})" +
-                                 (f": {tail}" if tail else ""))
-        summaries.append(summary)
-    summary = merge_summaries(summaries)
+    events, (status, rc, tail) = run_check_mode(run, root, timeouts)
+    if status == "timeout":
+        raise CollectorError(f"ansible-playbook --check did not finish within {timeouts.files:.0f}s")
+    summary = summarize_events(events)
+    if not summary.finished:
+        ended = "killed by a signal" if rc is None else f"exit {rc}"
+        raise CollectorError(f"ansible-playbook --check stopped early ({status}, {ended})" +
+                             (f": {tail}" if tail else ""))
     return FilesObservation(
         hosts=run.hosts,
         roles=run.roles,

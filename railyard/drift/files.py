@@ -2,12 +2,13 @@
 
 The collector runs every planned role with ``--check --diff`` through ansible-runner, one
 play per role over the same inventory group the Pulumi Playbook resource uses, with the
-same variables at the same precedence (extravars). Check mode changes nothing, so the
-roles need no order: each runs as its own ansible-playbook, several at once (the hosts
-wait on ``podman exec`` or ssh far more than on the controller). Each play has
+same variables at the same precedence (extravars), all plays in one ansible-playbook (one
+start-up, one inventory parse, one connection per host for the whole check). Each play has
 ``ignore_errors: true`` so a role that fails in check mode on a host does not hide the rest
 of the run; the failure is reported, and whatever that role did after it on that host is
-not (it ran on a broken premise).
+not (it ran on a broken premise). A result belongs to the role of its play, also when an
+included role's task produced it (kueue applies its objects with k8s_control_plane's
+``objects.yml``): re-running that play's role is what restores it.
 
 Each changed task result becomes one :class:`FileChange` per host and path: what kind of
 change (a file that differs, is missing, should not be there, has other attributes; a
@@ -33,13 +34,18 @@ SAMPLE_WIDTH = 120
 MESSAGE_WIDTH = 400  # Ansible's error messages put the cause at the end
 SERVICE_MODULES = ("systemd", "systemd_service", "service", "sysvinit")
 PLAY_PREFIX = "railyard: "
+# Mitogen's free strategy: one Python interpreter per host for the whole run instead of
+# one per task. Check mode is CPU-bound on the controller and the nodes (lab, 14 roles on
+# 10 containers, 2 cores: 240 s as one ansible-playbook per role, 185 s as one playbook,
+# 101 s as one playbook with Mitogen). railyard.deploy.playbooks.mitogen_env() loads it.
+CHECK_STRATEGY = "mitogen_free"
 
 
 def check_playbook(plays: Iterable[tuple[str, str]]) -> str:
     """One play per (role, inventory pattern), in order, as the Playbook resources run them
-    (no implicit facts: each role gathers what it needs; free strategy). JSON is YAML."""
+    (no implicit facts: each role gathers what it needs; Mitogen's free strategy). JSON is YAML."""
     out = [
-        {"name": f"{PLAY_PREFIX}{role}", "hosts": group, "gather_facts": False, "strategy": "free",
+        {"name": f"{PLAY_PREFIX}{role}", "hosts": group, "gather_facts": False, "strategy": CHECK_STRATEGY,
          "roles": [role], "ignore_errors": True}
         for role, group in plays
     ]
@@ -86,11 +92,11 @@ def _module(data: dict[str, Any]) -> str:
 
 
 def _role(data: dict[str, Any]) -> str:
-    role = data.get("role") or ""
-    if not role:
-        play = str(data.get("play") or "")
-        role = play.removeprefix(PLAY_PREFIX) if play.startswith(PLAY_PREFIX) else ""
-    return str(role)
+    """The role of the result's play, else (a play railyard did not write) the task's."""
+    play = str(data.get("play") or "")
+    if play.startswith(PLAY_PREFIX):
+        return play.removeprefix(PLAY_PREFIX)
+    return str(data.get("role") or "")
 
 
 def _path(res: dict[str, Any], diff: dict[str, Any] | None) -> str:
@@ -198,23 +204,6 @@ def unreachable_reason(res: dict[str, Any]) -> str:
     if status and status.group(0) not in first:
         first = f"{first}; {status.group(0)}"
     return _clip(first)
-
-
-def merge_summaries(summaries: Iterable[EventSummary]) -> EventSummary:
-    """One summary of several runs (one per role): changes and failures in run order, a
-    host unreachable once, finished only when every run reached its recap."""
-    parts = list(summaries)
-    unreachable: dict[str, Unreachable] = {}
-    for part in parts:
-        for u in part.unreachable:
-            unreachable.setdefault(u.host, u)
-    return EventSummary(
-        changes=tuple(c for part in parts for c in part.changes),
-        failures=tuple(f for part in parts for f in part.failures),
-        unreachable=tuple(unreachable.values()),
-        seen=tuple(dict.fromkeys(h for part in parts for h in part.seen)),
-        finished=all(part.finished for part in parts),
-    )
 
 
 def summarize_events(events: Iterable[dict[str, Any]]) -> EventSummary:

@@ -256,9 +256,10 @@ def test_prepare_files_plans_what_pulumi_plans(lab_plan, tmp_path):
     root = _roles_root(tmp_path, ["common", "munge", "slurm_compute", "enroot"])
     run = prepare_files(lab_plan, root, secrets={})
     assert run.roles == ("common", "enroot", "slurm_compute")  # STEPS order; munge needs its key
-    assert [role for role, _ in run.playbooks] == list(run.roles)  # one check-mode playbook per role
-    assert json.loads(dict(run.playbooks)["common"]) == [{"name": "railyard: common", "hosts": "all", "gather_facts": False,
-                                           "strategy": "free", "roles": ["common"], "ignore_errors": True}]
+    plays = json.loads(run.playbook)  # one check-mode playbook, one play per role
+    assert [p["roles"] for p in plays] == [[role] for role in run.roles]
+    assert plays[0] == {"name": "railyard: common", "hosts": "all", "gather_facts": False,
+                        "strategy": "mitogen_free", "roles": ["common"], "ignore_errors": True}
     from railyard.deploy.playbooks import STEPS
 
     (munge_var,) = [var for step in STEPS if step.role == "munge" for var, _name in step.secrets]
@@ -284,9 +285,9 @@ def test_check_mode_for_real_on_localhost(tmp_path):
     inventory = tmp_path / "inventory.json"
     inventory.write_text(json.dumps({"all": {"hosts": {"gpu001": {
         "ansible_connection": "local", "ansible_python_interpreter": str(Path(__import__("sys").executable))}}}}))
-    run = FilesRun((("demo", check_playbook([("demo", "all")])),), str(inventory), {}, ("gpu001",), ("demo",))
-    [(role, events, (status, rc, _tail))] = run_check_mode(run, tmp_path, Timeouts(files=120))
-    assert (role, status, rc) == ("demo", "successful", 0)
+    run = FilesRun(check_playbook([("demo", "all")]), str(inventory), {}, ("gpu001",), ("demo",))
+    events, (status, rc, _tail) = run_check_mode(run, tmp_path, Timeouts(files=120))
+    assert (status, rc) == ("successful", 0)
     s = summarize_events(events)
     assert [(c.host, c.role, c.change, c.path, c.expected, c.observed) for c in s.changes] == [
         ("gpu001", "demo", "modified", str(target), ("b=3",), ("b=2",))]

@@ -142,7 +142,7 @@ def test_line_diff_direction():
 
 def test_check_playbook_one_play_per_role():
     plays = json.loads(check_playbook([("munge", "slurm"), ("pyxis", "slurm_compute:slurm_login")]))
-    same = {"gather_facts": False, "strategy": "free", "ignore_errors": True}
+    same = {"gather_facts": False, "strategy": "mitogen_free", "ignore_errors": True}
     assert plays == [
         {"name": "railyard: munge", "hosts": "slurm", "roles": ["munge"], **same},
         {"name": "railyard: pyxis", "hosts": "slurm_compute:slurm_login", "roles": ["pyxis"], **same},
