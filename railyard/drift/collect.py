@@ -375,7 +375,7 @@ def run_check_mode(run: FilesRun, root: Path, timeouts: Timeouts) -> tuple[list[
     Events stay in memory (never on disk: no_log or not)."""
     import ansible_runner
 
-    from railyard.deploy.playbooks import mitogen_env, runner_settings
+    from railyard.deploy.playbooks import runner_settings
 
     events: list[dict[str, Any]] = []
 
@@ -400,7 +400,6 @@ def run_check_mode(run: FilesRun, root: Path, timeouts: Timeouts) -> tuple[list[
             timeout=int(timeouts.files),
             envvars={
                 **envvars,
-                **mitogen_env(),
                 "ANSIBLE_TIMEOUT": str(int(timeouts.command)),  # connection
                 "ANSIBLE_TASK_TIMEOUT": str(int(timeouts.files)),
                 "ANSIBLE_RETRY_FILES_ENABLED": "0",

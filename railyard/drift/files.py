@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from railyard.deploy.playbooks import STRATEGY
 from railyard.drift.observed import FileChange, TaskFailure, Unreachable
 
 SAMPLE_LINES = 3
@@ -34,18 +35,15 @@ SAMPLE_WIDTH = 120
 MESSAGE_WIDTH = 400  # Ansible's error messages put the cause at the end
 SERVICE_MODULES = ("systemd", "systemd_service", "service", "sysvinit")
 PLAY_PREFIX = "railyard: "
-# Mitogen's free strategy: one Python interpreter per host for the whole run instead of
-# one per task. Check mode is CPU-bound on the controller and the nodes (lab, 14 roles on
-# 10 containers, 2 cores: 240 s as one ansible-playbook per role, 185 s as one playbook,
-# 101 s as one playbook with Mitogen). railyard.deploy.playbooks.mitogen_env() loads it.
-CHECK_STRATEGY = "mitogen_free"
 
 
 def check_playbook(plays: Iterable[tuple[str, str]]) -> str:
     """One play per (role, inventory pattern), in order, as the Playbook resources run them
-    (no implicit facts: each role gathers what it needs; Mitogen's free strategy). JSON is YAML."""
+    (no implicit facts: each role gathers what it needs; the deploy's strategy). Check mode
+    is CPU-bound: on the lab (14 roles, 10 containers, 2 cores) one ansible-playbook per
+    role took 240 s, one playbook 185 s, one playbook with Mitogen 101 s. JSON is YAML."""
     out = [
-        {"name": f"{PLAY_PREFIX}{role}", "hosts": group, "gather_facts": False, "strategy": CHECK_STRATEGY,
+        {"name": f"{PLAY_PREFIX}{role}", "hosts": group, "gather_facts": False, "strategy": STRATEGY,
          "roles": [role], "ignore_errors": True}
         for role, group in plays
     ]

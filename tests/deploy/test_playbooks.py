@@ -99,7 +99,7 @@ def test_playbook_is_one_play() -> None:
     import yaml
 
     assert yaml.safe_load(playbook_yaml("slurm", ["munge"])) == [
-        {"name": "railyard: munge", "hosts": "slurm", "gather_facts": False, "strategy": "free", "roles": ["munge"]}
+        {"name": "railyard: munge", "hosts": "slurm", "gather_facts": False, "strategy": "mitogen_free", "roles": ["munge"]}
     ]
 
 
