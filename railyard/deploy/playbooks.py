@@ -142,8 +142,8 @@ def runner_settings(root: Path, inventory: str, private_dir: Path) -> tuple[list
 
     The repository's ansible.cfg and roles, this virtualenv's Ansible, no colour, and for
     container hosts the pipelining podman connection (one ``podman exec`` per module
-    instead of four) through a second inventory source written into *private_dir*, and
-    Mitogen's strategies (:data:`STRATEGY`).
+    instead of four) through a second inventory source written into *private_dir*.
+    ansible.cfg finds :data:`STRATEGY` in plugins/strategy.
     """
     bindir = str(Path(sys.executable).parent)
     inventories = [inventory]
@@ -153,7 +153,6 @@ def runner_settings(root: Path, inventory: str, private_dir: Path) -> tuple[list
         "PATH": f"{bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}",  # this venv's ansible
         "ANSIBLE_FORCE_COLOR": "0",
         "ANSIBLE_NOCOLOR": "1",
-        **mitogen_env(),
     }
     plugins = connection_plugin_dir(root)
     overrides = podman_overrides(json.loads(Path(inventory).read_text())) if plugins else {}
@@ -163,15 +162,6 @@ def runner_settings(root: Path, inventory: str, private_dir: Path) -> tuple[list
         inventories.append(str(extra))
         env.update(ANSIBLE_CONNECTION_PLUGINS=str(plugins), ANSIBLE_PIPELINING="true")
     return inventories, env
-
-
-def mitogen_env() -> dict[str, str]:
-    """Where Ansible finds Mitogen's strategies (``mitogen_free``, ...): the installed
-    ``mitogen`` package. With them active, Mitogen also takes over the podman, ssh and
-    local connections (its own transports of the same names)."""
-    import ansible_mitogen
-
-    return {"ANSIBLE_STRATEGY_PLUGINS": str(Path(ansible_mitogen.__file__).parent / "plugins" / "strategy")}
 
 
 def connection_plugin_dir(root: Path) -> Path | None:

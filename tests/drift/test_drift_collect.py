@@ -274,7 +274,8 @@ def test_prepare_files_plans_what_pulumi_plans(lab_plan, tmp_path):
 
 def test_check_mode_for_real_on_localhost(tmp_path):
     """One real ansible-runner run (local connection, no container): the whole files path."""
-    (tmp_path / "ansible.cfg").write_text("[defaults]\nhost_key_checking = False\n")
+    strategies = Path(C.ROOT) / "plugins" / "strategy"  # mitogen_free, as the repo's ansible.cfg has it
+    (tmp_path / "ansible.cfg").write_text(f"[defaults]\nhost_key_checking = False\nstrategy_plugins = {strategies}\n")
     role = tmp_path / "roles" / "demo" / "tasks"
     role.mkdir(parents=True)
     target = tmp_path / "target.conf"
