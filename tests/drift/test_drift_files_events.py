@@ -117,6 +117,16 @@ def test_loop_items_count_once():
     assert [(c.path, c.change) for c in s.changes] == [("/etc/systemd/system/a.mount", "created")]
 
 
+def test_a_change_belongs_to_the_role_of_its_play():
+    """kueue applies its objects with k8s_control_plane's objects.yml: re-running kueue, the
+    play's role, is what restores them; a play railyard did not write keeps the task's role."""
+    diff = {"host": "kcp1", "task": "Diff against the apiserver the objects of kueue.yaml",
+            "resolved_action": "ansible.builtin.command", "res": {"changed": True, "stdout": "-  nominalQuota: 8"}}
+    ours = {"event": "runner_on_ok", "event_data": {**diff, "play": "railyard: kueue", "role": "k8s_control_plane"}}
+    other = {"event": "runner_on_ok", "event_data": {**diff, "play": "site", "role": "k8s_control_plane"}}
+    assert [c.role for c in summarize_events([ours, other]).changes] == ["kueue", "k8s_control_plane"]
+
+
 def test_file_that_should_not_exist_and_package_installs():
     absent = {"event": "runner_on_ok", "event_data": {
         "host": "gpu001", "role": "pyxis", "task": "Remove the other copy of pyxis.conf",
