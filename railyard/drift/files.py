@@ -211,8 +211,12 @@ def summarize_events(events: Iterable[dict[str, Any]]) -> EventSummary:
     unreachable: dict[str, Unreachable] = {}
     seen: dict[str, None] = {}
     broken: set[tuple[str, str]] = set()  # (host, role) after a failure in that role
+    # Handler results are known by their task's uuid, never by "the last task start was a
+    # handler": under the free strategy one host's handler starts while another host's
+    # tasks still report (slurmd stopped on gpu002 went unseen while gpu001 restarted its
+    # slurmd). A result without a uuid falls back to the last task start.
     handlers: set[str] = set()
-    in_handler = False  # the linear strategy sends a task's results before the next task starts
+    in_handler = False
     finished = False
     for event in events:
         kind = event.get("event", "")
@@ -240,7 +244,8 @@ def summarize_events(events: Iterable[dict[str, Any]]) -> EventSummary:
         if kind == "runner_on_unreachable":
             unreachable.setdefault(host, Unreachable(host, unreachable_reason(res)))
             continue
-        if in_handler or data.get("task_uuid") in handlers or (host, role) in broken:
+        uuid = data.get("task_uuid")
+        if (str(uuid) in handlers if uuid else in_handler) or (host, role) in broken:
             continue
         if kind in ("runner_on_failed", "runner_item_on_failed"):
             failures.append(TaskFailure(host, role, task, _failure_message(res)))

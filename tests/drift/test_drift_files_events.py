@@ -72,6 +72,20 @@ def test_handlers_are_consequences_not_drift():
     assert starts and starts[0]["event_data"]["is_conditional"] is True
 
 
+def test_a_host_still_reports_while_another_runs_its_handler():
+    """The free strategy: gpu001 starts its handler, then gpu002's task result arrives."""
+    handler = {"event": "playbook_on_task_start", "event_data": {
+        "task": "Restart slurmd", "task_uuid": "h-1", "is_conditional": True, "play": "railyard: slurm_compute"}}
+    handler_result = {"event": "runner_on_ok", "event_data": {
+        "host": "gpu001", "task": "Restart slurmd", "task_uuid": "h-1", "play": "railyard: slurm_compute",
+        "resolved_action": "ansible.builtin.systemd", "res": {"changed": True, "name": "slurmd", "state": "restarted"}}}
+    late = {"event": "runner_on_ok", "event_data": {
+        "host": "gpu002", "task": "Run slurmd", "task_uuid": "t-9", "play": "railyard: slurm_compute",
+        "resolved_action": "ansible.builtin.systemd", "res": {"changed": True, "name": "slurmd", "state": "started"}}}
+    changes = summarize_events([handler, handler_result, late]).changes
+    assert [(c.host, c.task) for c in changes] == [("gpu002", "Run slurmd")]
+
+
 def test_unreachable_host_with_a_short_reason():
     s = summarize_events(events("drifted"))
     assert s.unreachable == (
