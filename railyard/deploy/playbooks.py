@@ -140,10 +140,11 @@ PODMAN_CONNECTION_DIRS = ("plugins/connection",)
 def runner_settings(root: Path, inventory: str, private_dir: Path) -> tuple[list[str], dict[str, str]]:
     """Inventory sources and environment for one ansible-runner run in *private_dir*.
 
-    The repository's ansible.cfg and roles, this virtualenv's Ansible, no colour, and for
-    container hosts the pipelining podman connection (one ``podman exec`` per module
-    instead of four) through a second inventory source written into *private_dir*.
-    ansible.cfg finds :data:`STRATEGY` in plugins/strategy.
+    The repository's ansible.cfg and roles, this virtualenv's Ansible, no colour, and
+    container hosts moved to the ``podman`` connection through a second inventory source
+    written into *private_dir*. Under :data:`STRATEGY` (ansible.cfg finds it in
+    plugins/strategy) that name selects Mitogen's podman transport; plays without Mitogen
+    get the pipelining plugin in plugins/connection (one ``podman exec`` per module).
     """
     bindir = str(Path(sys.executable).parent)
     inventories = [inventory]

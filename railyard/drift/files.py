@@ -211,24 +211,20 @@ def summarize_events(events: Iterable[dict[str, Any]]) -> EventSummary:
     unreachable: dict[str, Unreachable] = {}
     seen: dict[str, None] = {}
     broken: set[tuple[str, str]] = set()  # (host, role) after a failure in that role
-    # Handler results are known by their task's uuid, never by "the last task start was a
-    # handler": under the free strategy one host's handler starts while another host's
-    # tasks still report (slurmd stopped on gpu002 went unseen while gpu001 restarted its
-    # slurmd). A result without a uuid falls back to the last task start.
+    # Handler results are known by their task's uuid (ansible-runner gives every result
+    # one), never by "the last task start was a handler": under the free strategy one
+    # host's handler starts while another host's tasks still report (slurmd stopped on
+    # gpu002 went unseen while gpu001 restarted its slurmd).
     handlers: set[str] = set()
-    in_handler = False
     finished = False
     for event in events:
         kind = event.get("event", "")
         data = event.get("event_data") or {}
         if kind in ("playbook_on_task_start", "playbook_on_handler_task_start"):
             # ansible-runner sends handlers as playbook_on_task_start with is_conditional=true
-            in_handler = kind == "playbook_on_handler_task_start" or data.get("is_conditional") is True
-            if in_handler and data.get("task_uuid"):
+            handler = kind == "playbook_on_handler_task_start" or data.get("is_conditional") is True
+            if handler and data.get("task_uuid"):
                 handlers.add(str(data["task_uuid"]))
-            continue
-        if kind == "playbook_on_play_start":
-            in_handler = False
             continue
         if kind == "playbook_on_stats":
             finished = True
@@ -244,8 +240,7 @@ def summarize_events(events: Iterable[dict[str, Any]]) -> EventSummary:
         if kind == "runner_on_unreachable":
             unreachable.setdefault(host, Unreachable(host, unreachable_reason(res)))
             continue
-        uuid = data.get("task_uuid")
-        if (str(uuid) in handlers if uuid else in_handler) or (host, role) in broken:
+        if str(data.get("task_uuid")) in handlers or (host, role) in broken:
             continue
         if kind in ("runner_on_failed", "runner_item_on_failed"):
             failures.append(TaskFailure(host, role, task, _failure_message(res)))
