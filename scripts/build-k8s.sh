@@ -3,6 +3,7 @@
 #
 #   scripts/build-k8s.sh                 # default components, see below
 #   scripts/build-k8s.sh kube-apiserver etcd
+#   scripts/build-k8s.sh kubelet         # not a default: for trying a real kubelet (94 s)
 #   export PATH="$(scripts/build-k8s.sh --print-bin):$PATH"
 #
 # Output: ${RAILYARD_K8S_CACHE:-~/.cache/railyard/k8s}/<K8S_VERSION>/bin
@@ -29,7 +30,12 @@ set -euo pipefail
 K8S_VERSION=${K8S_VERSION:-v1.35.4}
 KUEUE_VERSION=${KUEUE_VERSION:-v0.17.0}
 KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
-VOLCANO_VERSION=${VOLCANO_VERSION:-v1.15.1}
+VOLCANO_VERSION=${VOLCANO_VERSION:-v1.14.1}
+# volcano.sh/volcano replaces volcano.sh/apis by ./staging/..., which its module zip does
+# not carry: the build requires volcano.sh/apis at this version instead. The proxy serves
+# apis v1.13.0 and v1.14.0 (not v1.14.1, v1.15.x); VOLCANO_VERSION=v1.14.1
+# VOLCANO_APIS_VERSION=v1.14.0 builds (692 s on 2 busy cores).
+VOLCANO_APIS_VERSION=${VOLCANO_APIS_VERSION:-v1.14.0}
 ETCD_SOURCE=${ETCD_SOURCE:-apt}          # apt | go
 ETCD_GO_VERSION=${ETCD_GO_VERSION:-v3.6.16}
 GO_P=${GO_P:-1}
@@ -208,7 +214,7 @@ build_volcano() {  # scheduler + controller-manager, through a wrapper that repe
         sed -n '/^replace (/,/^)/p' "$dir/go.mod" | grep -v '=> \./'
     } >"$w/go.mod"
     log "volcano: go get + build volcano.sh/volcano/cmd/{scheduler,controller-manager}@$VOLCANO_VERSION (log: $logf)"
-    if ! (cd "$w" && gorun get "volcano.sh/apis@$VOLCANO_VERSION" "volcano.sh/volcano/cmd/scheduler@$VOLCANO_VERSION" &&
+    if ! (cd "$w" && gorun get "volcano.sh/apis@$VOLCANO_APIS_VERSION" "volcano.sh/volcano/cmd/scheduler@$VOLCANO_VERSION" &&
           gorun build -trimpath -ldflags "-s -w" -o "$BIN/vc-scheduler" volcano.sh/volcano/cmd/scheduler &&
           gorun build -trimpath -ldflags "-s -w" -o "$BIN/vc-controller-manager" volcano.sh/volcano/cmd/controller-manager) >>"$logf" 2>&1; then
         if proxy_refused "$logf"; then note_refusal volcano "build $want" "$logf"; return 2; fi
@@ -218,7 +224,7 @@ build_volcano() {  # scheduler + controller-manager, through a wrapper that repe
 }
 
 copy_crds() {  # Kueue's and Volcano's CRD YAMLs from their module zips
-    local want="kueue@$KUEUE_VERSION volcano@$VOLCANO_VERSION kwok@$KWOK_VERSION manifests:kueue-rbac+secrets,kwok-rbac" logf=$LOGS/crds.log d
+    local want="kueue@$KUEUE_VERSION volcano@$VOLCANO_VERSION kwok@$KWOK_VERSION manifests:kueue-rbac+secrets,kwok-rbac,volcano-jobflow" logf=$LOGS/crds.log d
     is_cached crds "$want" "$ROOT/crds/kueue" && return 0
     find_go
     rm -rf "$ROOT/crds" "$ROOT/manifests"; mkdir -p "$ROOT/crds/kueue" "$ROOT/crds/volcano"
@@ -246,7 +252,8 @@ copy_crds() {  # Kueue's and Volcano's CRD YAMLs from their module zips
     d=$(cd "$ROOT" && gorun mod download -json "volcano.sh/volcano@$VOLCANO_VERSION" 2>>"$logf" |
         python3 -c 'import json,sys; print(json.loads(sys.stdin.read()).get("Dir",""))' || true)
     if [[ -d $d/config/crd/volcano/bases ]]; then
-        cp "$d"/config/crd/volcano/bases/*.yaml "$ROOT/crds/volcano/"
+        # all of them: vc-controller-manager's jobflow controllers wait for their own
+        cp "$d"/config/crd/volcano/bases/*.yaml "$d"/config/crd/jobflow/bases/*.yaml "$ROOT/crds/volcano/"
     else
         log "crds: no Volcano CRDs (module refused? see $logf)"
     fi
@@ -262,12 +269,12 @@ main() {
         t0=$EPOCHREALTIME; st=0
         case $c in
             etcd) build_etcd || st=$? ;;
-            kube-apiserver|kube-controller-manager|kube-scheduler|kubectl) build_k8s_cmd "$c" || st=$? ;;
+            kube-apiserver|kube-controller-manager|kube-scheduler|kubectl|kubelet) build_k8s_cmd "$c" || st=$? ;;
             kueue) go_install kueue "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION" kueue || st=$? ;;
             kwok) go_install kwok "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" kwok || st=$? ;;
             volcano) build_volcano || st=$? ;;
             crds) copy_crds || st=$? ;;
-            *) die "unknown component '$c' (known: $DEFAULT_COMPONENTS)" ;;
+            *) die "unknown component '$c' (known: $DEFAULT_COMPONENTS kubelet)" ;;
         esac
         SECONDS_TAKEN[$c]=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN{printf "%.1f", b-a}')
         case $st in
