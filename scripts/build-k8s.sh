@@ -30,12 +30,12 @@ set -euo pipefail
 K8S_VERSION=${K8S_VERSION:-v1.35.4}
 KUEUE_VERSION=${KUEUE_VERSION:-v0.17.0}
 KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
-VOLCANO_VERSION=${VOLCANO_VERSION:-v1.15.1}
+VOLCANO_VERSION=${VOLCANO_VERSION:-v1.14.1}
 # volcano.sh/volcano replaces volcano.sh/apis by ./staging/..., which its module zip does
 # not carry: the build requires volcano.sh/apis at this version instead. The proxy serves
 # apis v1.13.0 and v1.14.0 (not v1.14.1, v1.15.x); VOLCANO_VERSION=v1.14.1
 # VOLCANO_APIS_VERSION=v1.14.0 builds (692 s on 2 busy cores).
-VOLCANO_APIS_VERSION=${VOLCANO_APIS_VERSION:-$VOLCANO_VERSION}
+VOLCANO_APIS_VERSION=${VOLCANO_APIS_VERSION:-v1.14.0}
 ETCD_SOURCE=${ETCD_SOURCE:-apt}          # apt | go
 ETCD_GO_VERSION=${ETCD_GO_VERSION:-v3.6.16}
 GO_P=${GO_P:-1}
@@ -224,7 +224,7 @@ build_volcano() {  # scheduler + controller-manager, through a wrapper that repe
 }
 
 copy_crds() {  # Kueue's and Volcano's CRD YAMLs from their module zips
-    local want="kueue@$KUEUE_VERSION volcano@$VOLCANO_VERSION kwok@$KWOK_VERSION manifests:kueue-rbac+secrets,kwok-rbac" logf=$LOGS/crds.log d
+    local want="kueue@$KUEUE_VERSION volcano@$VOLCANO_VERSION kwok@$KWOK_VERSION manifests:kueue-rbac+secrets,kwok-rbac,volcano-jobflow" logf=$LOGS/crds.log d
     is_cached crds "$want" "$ROOT/crds/kueue" && return 0
     find_go
     rm -rf "$ROOT/crds" "$ROOT/manifests"; mkdir -p "$ROOT/crds/kueue" "$ROOT/crds/volcano"
@@ -252,7 +252,8 @@ copy_crds() {  # Kueue's and Volcano's CRD YAMLs from their module zips
     d=$(cd "$ROOT" && gorun mod download -json "volcano.sh/volcano@$VOLCANO_VERSION" 2>>"$logf" |
         python3 -c 'import json,sys; print(json.loads(sys.stdin.read()).get("Dir",""))' || true)
     if [[ -d $d/config/crd/volcano/bases ]]; then
-        cp "$d"/config/crd/volcano/bases/*.yaml "$ROOT/crds/volcano/"
+        # all of them: vc-controller-manager's jobflow controllers wait for their own
+        cp "$d"/config/crd/volcano/bases/*.yaml "$d"/config/crd/jobflow/bases/*.yaml "$ROOT/crds/volcano/"
     else
         log "crds: no Volcano CRDs (module refused? see $logf)"
     fi

@@ -219,25 +219,87 @@ def test_c_a_job_over_quota_waits_until_quota_is_freed(stack, jobs):
     )
 
 
-def test_d_volcano_places_a_hard_tier1_job_inside_one_hypernode():
-    """vc-scheduler cannot be built here: the Go proxy refuses volcano.sh/apis.  The skip
-    prints the proxy's refusal, as scripts/build-k8s.sh recorded it; without that record
-    the test fails, and once vc-scheduler is built it fails until it is written."""
-    bin_dir = k8sapi.find_bin_dir() or k8slab.CACHE / "bin"
-    if (bin_dir / "vc-scheduler").is_file():
-        pytest.fail(
-            "not implemented: run vc-scheduler with the compiled volcano-scheduler.conf "
-            "and place a networkTopology hard, highestTierAllowed 1 job in one HyperNode"
-        )
-    refusal = bin_dir / ".refused-volcano"
-    if not refusal.is_file():
-        pytest.fail(
-            f"no vc-scheduler and no refusal record {refusal}: run scripts/build-k8s.sh volcano"
-        )
-    pytest.skip(
-        "vc-scheduler not built, the Go module proxy refused: "
-        + " ".join(refusal.read_text().split())
-    )
+def _volcano_placed(stack, ns: str, name: str, n: int, timeout: float = 60) -> dict[str, str]:
+    """pod -> node once all *n* pods of Volcano Job *name* are bound and Running."""
+    api = stack.api
+
+    def placed() -> bool:
+        pods = k8slab.volcano_pods(api, ns, name)
+        return len(pods) == n and all(p["status"].get("phase") == "Running" for p in pods)
+
+    took = k8slab.wait_for(placed, timeout, 0.1)
+    pods = k8slab.volcano_pods(api, ns, name)
+    assert took is not None, f"{ns}/{name}: not {n} pods Running in {timeout}s: " + str(
+        [(p["metadata"]["name"], p["status"].get("phase"), p["spec"].get("nodeName")) for p in pods]
+    ) + "\n" + api.log_tail("vc-scheduler", 15)
+    return {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods}
+
+
+def _hypernodes(stack, tier: int) -> dict[str, set[str]]:
+    """HyperNode -> the nodes under it, for the compiled HyperNodes of *tier* (tier 1 names
+    nodes; higher tiers name the HyperNodes below them)."""
+    docs = k8slab.k8s_docs(stack.render_dir / "kubernetes/volcano.yaml")
+    hn = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "HyperNode"}
+
+    def nodes(name: str) -> set[str]:
+        out: set[str] = set()
+        for m in hn[name]["members"]:
+            ref = m["selector"]["exactMatch"]["name"]
+            out |= {ref} if m["type"] == "Node" else nodes(ref)
+        return out
+
+    return {name: nodes(name) for name, spec in hn.items() if spec["tier"] == tier}
+
+
+@on("lab")
+def test_d_volcano_places_a_hard_tier1_job_inside_one_hypernode(stack):
+    """The lab: two workers of 2 GPUs, one per SU (tier-1 HyperNode).  A gang of 3 x 1 GPU
+    spreads over both SUs when unconstrained, stays pending with networkTopology hard at
+    tier 1 (no SU has 3 GPUs), runs at tier 2 (the spine holds both); 2 x 1 GPU at tier 1
+    lands inside one SU."""
+    api = stack.api
+    ns, queue = "volcano-jobs", "research"
+    k8slab.kubectl(api, "create", "namespace", ns)
+    su_of = {n: hn for hn, members in _hypernodes(stack, 1).items() for n in members}
+    assert len(set(su_of.values())) >= 2, su_of
+
+    def run(name: str, pods: int, tier: int | None) -> float:
+        t0 = time.monotonic()
+        r = k8slab.apply_docs(api, [k8slab.volcano_job(name, ns, queue, pods, tier=tier)], name, "railyard-test")
+        assert all(x.ok for x in r), [x.message for x in r]
+        return t0
+
+    def delete(name: str) -> None:
+        k8slab.kubectl(api, "delete", "jobs.batch.volcano.sh", name, "-n", ns, "--wait=true")
+        k8slab.kubectl(api, "delete", "pods", "-n", ns, "-l", f"volcano.sh/job-name={name}",
+                       "--grace-period=0", "--force", "--wait=true")
+
+    t0 = run("spread", 3, None)
+    spread = _volcano_placed(stack, ns, "spread", 3)
+    print(f"\nno topology: 3 pods Running in {time.monotonic() - t0:.2f} s on {sorted(spread.values())}")
+    assert len({su_of[n] for n in spread.values()}) == 2, spread
+    delete("spread")
+
+    run("hard1-wide", 3, 1)
+    time.sleep(10)  # several scheduling periods (1 s each)
+    pods = k8slab.volcano_pods(api, ns, "hard1-wide")
+    bound = [p["spec"].get("nodeName") for p in pods if p["spec"].get("nodeName")]
+    pg = k8slab.kubectl(api, "get", "podgroups", "-n", ns, "-o", "json")
+    print(f"hard tier 1, 3 pods: {len(pods)} pods, bound {bound}; podgroup conditions: "
+          + str([c for item in json.loads(pg.stdout)["items"] for c in item["status"].get("conditions", [])]))
+    assert bound == [], bound
+    delete("hard1-wide")
+
+    t0 = run("hard2-wide", 3, 2)
+    wide = _volcano_placed(stack, ns, "hard2-wide", 3)
+    print(f"hard tier 2, 3 pods: Running in {time.monotonic() - t0:.2f} s on {sorted(wide.values())}")
+    delete("hard2-wide")
+
+    t0 = run("hard1", 2, 1)
+    placed = _volcano_placed(stack, ns, "hard1", 2)
+    print(f"hard tier 1, 2 pods: Running in {time.monotonic() - t0:.2f} s on {sorted(placed.values())}")
+    assert len({su_of[n] for n in placed.values()}) == 1, placed
+    delete("hard1")
 
 
 @pytest.mark.parametrize("stack", ["lab", "dgx-h100"], indirect=True)

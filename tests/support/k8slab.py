@@ -241,6 +241,85 @@ def start_kwok(api: K8sAPI) -> None:
     )
 
 
+def start_volcano(api: K8sAPI, render_dir: Path) -> tuple[int, int]:
+    """vc-controller-manager and vc-scheduler with the compiled volcano-scheduler.conf
+    (network-topology-aware, HyperNodes); returns their healthz ports."""
+    ports = []
+    for name, extra in (
+        ("vc-controller-manager", []),
+        ("vc-scheduler", ["--scheduler-conf", str(render_dir / "kubernetes/volcano-scheduler.conf"),
+                          "--listen-address", f"127.0.0.1:{free_port()}",
+                          "--cache-dump-dir", str(api.workdir)]),
+    ):
+        hp = free_port()
+        ports.append(hp)
+        api.spawn(
+            name,
+            [
+                str(api.bin_dir / name),
+                "--kubeconfig",
+                str(api.kubeconfig),
+                "--leader-elect=false",
+                "--enable-healthz",
+                "--healthz-address",
+                f"127.0.0.1:{hp}",
+                *extra,
+            ],
+        )
+    return ports[0], ports[1]
+
+
+def volcano_job(
+    name: str,
+    namespace: str,
+    queue: str,
+    pods: int,
+    gpus: int = 1,
+    tier: int | None = None,
+) -> dict[str, Any]:
+    """A Volcano Job: one task of *pods* pods of *gpus* GPUs, gang-scheduled (minAvailable
+    = *pods*), inside one HyperNode of *tier* or below (networkTopology mode hard)."""
+    spec: dict[str, Any] = {
+        "schedulerName": "volcano",
+        "queue": queue,
+        "minAvailable": pods,
+        "tasks": [
+            {
+                "name": "worker",
+                "replicas": pods,
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [
+                            {
+                                "name": "probe",
+                                "image": "registry.invalid/none:0",
+                                "resources": {
+                                    "requests": {"cpu": "100m", "memory": "64Mi", "nvidia.com/gpu": str(gpus)},
+                                    "limits": {"nvidia.com/gpu": str(gpus)},
+                                },
+                            }
+                        ],
+                    }
+                },
+            }
+        ],
+    }
+    if tier is not None:
+        spec["networkTopology"] = {"mode": "hard", "highestTierAllowed": tier}
+    return {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
+
+
+def volcano_pods(api: K8sAPI, namespace: str, job: str) -> list[dict[str, Any]]:
+    sel = f"volcano.sh/job-name={job}"
+    return get_json(api, f"/api/v1/namespaces/{namespace}/pods?labelSelector={sel}")["items"]
+
+
 def kueue_webhooks(api: K8sAPI, port: int, groups: set[str]) -> list[dict[str, Any]]:
     """Kueue's webhook configurations, limited to *groups*, pointed at 127.0.0.1:port by URL."""
     import base64
@@ -484,6 +563,8 @@ STACK_BINARIES = (
     "kube-scheduler",
     "kwok",
     "kueue",
+    "vc-scheduler",
+    "vc-controller-manager",
 )
 
 
@@ -631,6 +712,12 @@ def start_stack(
             log(
                 f"  through webhooks: REJECTED {r.ref}: {r.message.splitlines()[0] if r.message else ''}"
             )
+    lap = time.monotonic()
+    ports = start_volcano(api, render_dir)
+    for name, hp in zip(("vc-controller-manager", "vc-scheduler"), ports, strict=True):
+        api._wait(name, lambda hp=hp: http_ok(f"http://127.0.0.1:{hp}/healthz"), 60)
+    t["volcano_ready"] = time.monotonic() - lap
+    log(f"vc-controller-manager and vc-scheduler healthy in {t['volcano_ready']:.1f}s")
     t["total"] = time.monotonic() - t0
     log(f"ClusterQueues Active in {t['queues_active']:.1f}s; stack up in {t['total']:.1f}s")
     return stack
