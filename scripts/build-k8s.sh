@@ -8,7 +8,8 @@
 #
 # Output: ${RAILYARD_K8S_CACHE:-~/.cache/railyard/k8s}/<K8S_VERSION>/bin
 #         .../crds/{kueue,volcano}/*.yaml  (CRDs copied from the module zips)
-#         .../manifests/kueue/{webhooks,controller_manager_config,manager-role}.yaml, manifests/kwok/{stages,role}.yaml
+#         .../manifests/kueue/{webhooks,controller_manager_config,manager-role}.yaml, manifests/kwok/{stages,role}.yaml,
+#         manifests/volcano/roles.yaml (the scheduler's and the controllers' ClusterRoles)
 # Cached: a component whose binary and stamp (.stamp-<name>, holding the version it
 # was built from) are present is not touched, so a second run makes no network call
 # and returns at once.  A component the proxy refuses is remembered in
@@ -224,7 +225,7 @@ build_volcano() {  # scheduler + controller-manager, through a wrapper that repe
 }
 
 copy_crds() {  # Kueue's and Volcano's CRD YAMLs from their module zips
-    local want="kueue@$KUEUE_VERSION volcano@$VOLCANO_VERSION kwok@$KWOK_VERSION manifests:kueue-rbac+secrets,kwok-rbac,volcano-jobflow" logf=$LOGS/crds.log d
+    local want="kueue@$KUEUE_VERSION volcano@$VOLCANO_VERSION kwok@$KWOK_VERSION manifests:kueue-rbac+secrets,kwok-rbac,volcano-jobflow+rbac" logf=$LOGS/crds.log d
     is_cached crds "$want" "$ROOT/crds/kueue" && return 0
     find_go
     rm -rf "$ROOT/crds" "$ROOT/manifests"; mkdir -p "$ROOT/crds/kueue" "$ROOT/crds/volcano"
@@ -254,6 +255,13 @@ copy_crds() {  # Kueue's and Volcano's CRD YAMLs from their module zips
     if [[ -d $d/config/crd/volcano/bases ]]; then
         # all of them: vc-controller-manager's jobflow controllers wait for their own
         cp "$d"/config/crd/volcano/bases/*.yaml "$d"/config/crd/jobflow/bases/*.yaml "$ROOT/crds/volcano/"
+        # the scheduler's and the controllers' ClusterRoles from upstream's installer
+        mkdir -p "$ROOT/manifests/volcano"
+        awk 'BEGIN { RS = "\n---\n" }
+             /(^|\n)kind: ClusterRole\n/ && /\n  name: volcano-(scheduler|controllers)\n/ { printf "---\n%s\n", $0 }' \
+            "$d/installer/volcano-development.yaml" >"$ROOT/manifests/volcano/roles.yaml"
+        [[ $(grep -c '^kind: ClusterRole$' "$ROOT/manifests/volcano/roles.yaml") == 2 ]] ||
+            { log "crds: volcano-scheduler/volcano-controllers ClusterRoles not found in $d/installer"; return 1; }
     else
         log "crds: no Volcano CRDs (module refused? see $logf)"
     fi
