@@ -1,4 +1,4 @@
-"""The Kubernetes roles' filters (roles/{k8s_control_plane,k8s_worker,kueue}/filter_plugins)."""
+"""The Kubernetes roles' filters (roles/{k8s_control_plane,k8s_worker,kueue,volcano}/filter_plugins)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ def _load(role: str, name: str):
 cp = _load("k8s_control_plane", "k8s_control_plane")
 worker = _load("k8s_worker", "k8s_worker")
 kueue = _load("kueue", "kueue")
+volcano = _load("volcano", "volcano")
 
 
 def test_first_service_ip_is_the_ranges_first_host():
@@ -133,3 +134,39 @@ def test_kueue_rbac_moves_the_secrets_role_into_the_managers_namespace():
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                   "name": "kueue-manager-secrets-role"}
     assert binding["subjects"][0]["name"] == "railyard:kueue"
+
+
+VOLCANO_DAEMONS = [{"name": "vc-scheduler", "cn": "railyard:volcano-scheduler", "cluster_role": "volcano-scheduler"},
+                   {"name": "vc-controller-manager", "cn": "railyard:volcano-controllers",
+                    "cluster_role": "volcano-controllers"}]
+
+
+def test_volcano_rbac_binds_upstreams_cluster_roles_to_each_daemons_user():
+    roles = "".join(f"---\n# Source: volcano/templates/x.yaml\nkind: ClusterRole\napiVersion: rbac.authorization.k8s.io/v1\n"
+                    f"metadata:\n  name: {n}\nrules:\n  - apiGroups: [x]\n    resources: [{n}]\n    verbs: [get]\n"
+                    for n in ("volcano-controllers", "volcano-scheduler"))
+    ns, cr1, crb1, cr2, crb2 = volcano.volcano_rbac(roles, VOLCANO_DAEMONS, "volcano-system")
+    assert ns["kind"] == "Namespace" and ns["metadata"]["name"] == "volcano-system"
+    assert (cr1["metadata"]["name"], cr1["rules"][0]["resources"]) == ("volcano-scheduler", ["volcano-scheduler"])
+    assert crb1["roleRef"]["name"] == "volcano-scheduler"
+    assert crb1["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                                 "name": "railyard:volcano-scheduler"}]
+    assert (cr2["metadata"]["name"], crb2["subjects"][0]["name"]) == ("volcano-controllers", "railyard:volcano-controllers")
+
+
+def test_volcano_rbac_refuses_a_missing_cluster_role():
+    only = "kind: ClusterRole\napiVersion: rbac.authorization.k8s.io/v1\nmetadata: {name: volcano-scheduler}\nrules: []\n"
+    with pytest.raises(ValueError, match="ClusterRole volcano-controllers not in upstream"):
+        volcano.volcano_rbac(only, VOLCANO_DAEMONS, "volcano-system")
+
+
+def test_volcano_rbac_reads_the_built_manifest():
+    """The ClusterRoles scripts/build-k8s.sh crds cut out of upstream's installer manifest."""
+    from railyard.deploy.playbooks import lab_k8s_dir
+
+    built = lab_k8s_dir() / "manifests/volcano/roles.yaml"
+    assert built.is_file(), f"{built} missing: scripts/build-k8s.sh crds (scripts/bootstrap.sh runs it) makes it"
+    docs = volcano.volcano_rbac(built.read_text(), VOLCANO_DAEMONS, "volcano-system")
+    rules = {d["metadata"]["name"]: d["rules"] for d in docs if d["kind"] == "ClusterRole"}
+    assert any("hypernodes" in r.get("resources", []) for r in rules["volcano-scheduler"]), rules["volcano-scheduler"]
+    assert any("jobs" in r.get("resources", []) for r in rules["volcano-controllers"])

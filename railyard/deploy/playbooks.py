@@ -109,8 +109,7 @@ def _k8s_vars(role: str) -> Callable[[Plan], dict[str, Any]]:
                     **({"k8s_worker_binaries_dir": str(d / "bin")} if lab else {})}
         if role == "kueue":
             return {"kueue_version": versions.kueue, "kueue_binaries_dir": str(d / "bin"), "kueue_manifests_dir": str(d)}
-        return {"volcano_version": versions.volcano, "volcano_crds_dir": str(d / "crds/volcano"),
-                "volcano_controllers_required": not lab}
+        return {"volcano_version": versions.volcano, "volcano_binaries_dir": str(d / "bin"), "volcano_manifests_dir": str(d)}
 
     return make
 

@@ -1,4 +1,4 @@
-"""Behaviour of the converged lab Kubernetes partition: control plane, KWOK workers, Kueue.
+"""Behaviour of the converged lab Kubernetes partition: control plane, KWOK workers, Kueue, Volcano.
 
 kubectl runs on the control-plane node (``podman exec`` through testinfra) with the
 admin kubeconfig the role wrote. Expectations come from the molecule render of the lab
@@ -101,7 +101,8 @@ def delete_job(name: str) -> None:
 
 
 # -- the control plane and the nodes ----------------------------------------------------
-@pytest.mark.parametrize("unit", ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kueue"])
+@pytest.mark.parametrize("unit", ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kueue",
+                                  "vc-scheduler", "vc-controller-manager"])
 def test_control_plane_units_run(unit):
     assert_running(CP, unit)
 
@@ -122,7 +123,7 @@ def test_keys_are_private():
 
 
 def test_kubeconfigs_hold_no_key_material():
-    for conf in ("admin", "controller-manager", "scheduler", "kueue"):
+    for conf in ("admin", "controller-manager", "scheduler", "kueue", "vc-scheduler", "vc-controller-manager"):
         text = CP.file(f"/etc/kubernetes/{conf}.conf").content_string
         assert "client-key: /etc/kubernetes/pki/" in text and "PRIVATE KEY" not in text, conf
 
@@ -157,11 +158,12 @@ def test_compiled_objects_are_on_the_server_and_unchanged():
     assert condition(cq, "Active").get("status") == "True", cq.get("status")
 
 
-def test_volcano_scheduler_configuration_is_the_compiled_one():
-    cm = get("configmap", "volcano-scheduler-configmap", "-n", "volcano-system")
+def test_volcano_scheduler_runs_the_compiled_configuration():
     want = (ARTIFACTS / "kubernetes/volcano-scheduler.conf").read_text()
-    assert cm["data"]["volcano-scheduler.conf"] == want
     assert "network-topology-aware" in want
+    assert CP.file("/etc/volcano/volcano-scheduler.conf").content_string == want
+    cmdline = CP.run("systemctl show -p ExecStart --value vc-scheduler").stdout
+    assert "--scheduler-conf=/etc/volcano/volcano-scheduler.conf" in cmdline, cmdline
 
 
 # -- scheduling ---------------------------------------------------------------------------
@@ -216,4 +218,56 @@ def test_job_over_the_quota_waits_until_quota_frees():
             delete_job(n)
 
 
-# Volcano placement: tests/test_k8s_scheduling.py (vc-scheduler cannot be built here).
+HYPERNODES = {d["metadata"]["name"]: d["spec"] for d in VOLCANO_DOCS if d["kind"] == "HyperNode"}
+VQUEUE = next(d for d in VOLCANO_DOCS if d["kind"] == "Queue")["metadata"]["name"]
+
+
+def hypernode_nodes(name: str) -> set[str]:
+    """The nodes under a compiled HyperNode (tier 1 names nodes, higher tiers HyperNodes)."""
+    out: set[str] = set()
+    for m in HYPERNODES[name]["members"]:
+        ref = m["selector"]["exactMatch"]["name"]
+        out |= {ref} if m["type"] == "Node" else hypernode_nodes(ref)
+    return out
+
+
+def volcano_job(name: str, pods: int, tier: int) -> str:
+    """A gang of *pods* x 1 GPU (minAvailable = pods) inside one HyperNode of *tier* or below."""
+    return json.dumps({
+        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "schedulerName": "volcano", "queue": VQUEUE, "minAvailable": pods,
+            "networkTopology": {"mode": "hard", "highestTierAllowed": tier},
+            "tasks": [{"name": "worker", "replicas": pods, "template": {"spec": {
+                "restartPolicy": "Never", "containers": [{
+                    "name": "train", "image": "registry.invalid/never-pulled:0",
+                    "resources": {"requests": {"cpu": "100m", "memory": "64Mi", "nvidia.com/gpu": "1"},
+                                  "limits": {"nvidia.com/gpu": "1"}}}]}}}],
+        },
+    })
+
+
+def test_volcano_places_a_hard_tier1_gang_inside_one_hypernode():
+    """vc-scheduler, as the role runs it, puts a gang that must stay in one tier-1 HyperNode
+    (an SU) on that SU's workers; the controllers made its pods and PodGroup."""
+    tier1 = {n: hn for hn in HYPERNODES if HYPERNODES[hn]["tier"] == 1 for n in hypernode_nodes(hn)}
+    per_su = min(sum(PLAN_GPUS[n] for n in WORKERS if tier1.get(n) == hn) for hn in set(tier1.values()))
+    name, pods = "vc-hard-tier1", min(2, per_su)
+    sel = f"volcano.sh/job-name={name}"
+    kubectl("delete", "jobs.batch.volcano.sh", name, "--ignore-not-found", "--wait=true", check=False)
+    t0 = time.monotonic()
+    kubectl("apply", "-f", "-", stdin=volcano_job(name, pods, 1))
+    try:
+        def placed():
+            got = get("pods", "-l", sel)["items"]
+            return len(got) == pods and all(p["status"].get("phase") == "Running" for p in got) and got
+        took, got = wait(placed, 90)
+        assert took is not None, (kubectl("get", "pods,podgroups", "-o", "wide").stdout
+                                  + journal(CP, "vc-scheduler"))
+        nodes = {p["spec"]["nodeName"] for p in got}
+        print(f"\nVolcano hard tier-1 gang of {pods}: Running {time.monotonic() - t0:.2f} s after creation on {nodes}")
+        assert len({tier1[n] for n in nodes}) == 1, f"pods on {nodes} span HyperNodes {[tier1[n] for n in nodes]}"
+    finally:
+        kubectl("delete", "jobs.batch.volcano.sh", name, "--ignore-not-found", "--wait=true", check=False)
+        kubectl("delete", "pods", "-l", sel, "--grace-period=0", "--force", "--ignore-not-found", check=False)
