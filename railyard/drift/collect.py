@@ -135,7 +135,8 @@ def role_exists(root: Path, role: str) -> bool:
 
 
 # The roles whose systemd units the nodes layer checks (expected_units says which).
-UNIT_ROLES = ("munge", "slurm_controller", "slurm_compute", "nfs_client", "k8s_control_plane", "k8s_worker", "kueue")
+UNIT_ROLES = ("munge", "slurm_controller", "slurm_compute", "nfs_client", "k8s_control_plane", "k8s_worker", "kueue",
+              "volcano")
 
 
 def expected_units(plan: Plan, roles: Sequence[str]) -> dict[str, tuple[tuple[str, str, str], ...]]:
@@ -171,6 +172,9 @@ def expected_units(plan: Plan, roles: Sequence[str]) -> dict[str, tuple[tuple[st
                 add(cp, f"{unit}.service", "active", "k8s_control_plane")
         if "kueue" in roles:
             add(cp, "kueue.service", "active", "kueue")
+        if "volcano" in roles:
+            for unit in ("vc-scheduler", "vc-controller-manager"):
+                add(cp, f"{unit}.service", "active", "volcano")
         if "k8s_worker" in roles:  # the role's node agent: KWOK, the only one it installs
             add(workers, "kwok.service", "active", "k8s_worker")
     if "nfs_client" in roles:

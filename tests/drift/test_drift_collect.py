@@ -145,9 +145,11 @@ def test_expected_units_follow_the_roles_that_exist(lab_plan):
     assert units["ctl1"] == (munge, ("slurmctld.service", "active", "slurm_controller"), mount)
     assert units["login1"] == (munge, mount)
     assert units["kw1"] == (mount,)
-    k8s = expected_units(lab_plan, [*ALL_ROLES, "k8s_control_plane", "k8s_worker", "kueue"])
+    k8s = expected_units(lab_plan, [*ALL_ROLES, "k8s_control_plane", "k8s_worker", "kueue", "volcano"])
     assert [u[0] for u in k8s["kcp1"]] == ["etcd.service", "kube-apiserver.service", "kube-controller-manager.service",
-                                          "kube-scheduler.service", "kueue.service", "shared.mount"]
+                                          "kube-scheduler.service", "kueue.service", "vc-scheduler.service",
+                                          "vc-controller-manager.service", "shared.mount"]
+    assert k8s["kcp1"][5] == ("vc-scheduler.service", "active", "volcano")
     assert k8s["kw2"] == (("kwok.service", "active", "k8s_worker"), mount)
     assert "nfs1" not in units  # the server does not mount its own export
     assert expected_units(lab_plan, []) == {}
