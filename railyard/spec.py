@@ -64,7 +64,7 @@ class Versions(Strict):
     slurm: SlurmVersion = "22.05"
     kubernetes: Annotated[str, Field(pattern=r"^1\.\d{2}$")] = "1.34"
     kueue: Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+$")] = "0.17.0"
-    volcano: Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+$")] = "1.15.1"
+    volcano: Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+$")] = "1.14.1"
 
 
 class ClusterMeta(Strict):

@@ -142,8 +142,9 @@ def test_slurm_job_runs_on_4_nodes(stack: dict) -> None:
 
 
 def test_kubernetes_partition_serves_the_plan(stack: dict) -> None:
-    """pulumi up leaves a control plane whose workers are Ready with the plan's labels and
-    whose ClusterQueues are Active (scheduling itself: molecule/kubernetes, test_k8s_scheduling)."""
+    """pulumi up leaves a control plane whose workers are Ready with the plan's labels,
+    whose ClusterQueues are Active and whose Volcano Queues are Open (scheduling itself:
+    molecule/kubernetes, test_k8s_scheduling)."""
     plan = load_plan(LAB)
     assert plan.kubernetes is not None
 
@@ -161,6 +162,11 @@ def test_kubernetes_partition_serves_the_plan(stack: dict) -> None:
         got = kubectl("get", "clusterqueue", cq["metadata"]["name"])
         active = next(c for c in got["status"]["conditions"] if c["type"] == "Active")
         assert active["status"] == "True", got["status"]
+    # vc-controller-manager opens each compiled Volcano Queue; vc-scheduler made its root queue
+    for q in (o for o in plan.kubernetes.volcano if o["kind"] == "Queue"):
+        got = kubectl("get", "queues.scheduling.volcano.sh", q["metadata"]["name"])
+        assert got.get("status", {}).get("state") == "Open", got.get("status")
+    assert kubectl("get", "queues.scheduling.volcano.sh", "root")["metadata"]["name"] == "root"
 
 
 def test_no_change_preview_and_refresh(stack: dict) -> None:
