@@ -426,21 +426,28 @@ def collect_files(plan: Plan, *, root: Path = ROOT, secrets: Mapping[str, str] |
     run = prepare_files(plan, root, secrets or {})
     if not run.roles:
         return FilesObservation(hosts=(), roles=()), run.notes
-    events, (status, rc, tail) = run_check_mode(run, root, timeouts)
-    if status == "timeout":
-        raise CollectorError(f"ansible-playbook --check did not finish within {timeouts.files:.0f}s")
-    summary = summarize_events(events)
-    if not summary.finished:
+    notes = list(run.notes)
+    for attempt in (1, 2):
+        events, (status, rc, tail) = run_check_mode(run, root, timeouts)
+        if status == "timeout":
+            raise CollectorError(f"ansible-playbook --check did not finish within {timeouts.files:.0f}s")
+        summary = summarize_events(events)
+        if summary.finished:
+            break
         ended = "killed by a signal" if rc is None else f"exit {rc}"
-        raise CollectorError(f"ansible-playbook --check stopped early ({status}, {ended})" +
-                             (f": {tail}" if tail else ""))
+        stopped = f"ansible-playbook --check stopped early ({status}, {ended})" + (f": {tail}" if tail else "")
+        # A check run changes nothing, so one killed from outside (seen once, not
+        # reproduced) is run again rather than losing every role's findings.
+        if rc is not None or attempt == 2:
+            raise CollectorError(stopped + (" (also on the run before)" if attempt == 2 else ""))
+        notes.append(f"files: {stopped}; ran it again")
     return FilesObservation(
         hosts=run.hosts,
         roles=run.roles,
         changes=summary.changes,
         failures=summary.failures,
         unreachable=summary.unreachable,
-    ), run.notes
+    ), notes
 
 
 # --------------------------------------------------------------------------- secrets

@@ -297,6 +297,42 @@ def test_check_mode_for_real_on_localhost(tmp_path):
     assert target.read_text() == "a=1\nb=2\n"  # check mode changed nothing
 
 
+def _scripted_check_runs(monkeypatch, results):
+    """collect_files with prepare_files stubbed and run_check_mode answering *results* in turn."""
+    run = FilesRun("- hosts: all\n", "inventory.json", {}, ("gpu001",), ("demo",), ["planned"])
+    monkeypatch.setattr(C, "prepare_files", lambda *_a, **_k: run)
+    calls = []
+
+    def fake(*_a, **_k):
+        calls.append(1)
+        return results[len(calls) - 1]
+
+    monkeypatch.setattr(C, "run_check_mode", fake)
+    return calls
+
+
+STATS = {"event": "playbook_on_stats", "event_data": {}}
+
+
+def test_a_check_run_killed_by_a_signal_is_run_once_more(lab_plan, monkeypatch):
+    calls = _scripted_check_runs(monkeypatch, [([], ("failed", None, "")), ([STATS], ("successful", 0, ""))])
+    obs, notes = C.collect_files(lab_plan)
+    assert len(calls) == 2
+    assert obs.roles == ("demo",) and obs.changes == ()
+    assert notes == ["planned", "files: ansible-playbook --check stopped early (failed, killed by a signal); ran it again"]
+
+
+def test_a_check_run_killed_twice_or_failing_is_an_error(lab_plan, monkeypatch):
+    calls = _scripted_check_runs(monkeypatch, [([], ("failed", None, "")), ([], ("failed", None, "boom"))])
+    with pytest.raises(C.CollectorError, match=r"killed by a signal\): boom \(also on the run before\)"):
+        C.collect_files(lab_plan)
+    assert len(calls) == 2
+    calls = _scripted_check_runs(monkeypatch, [([], ("failed", 2, ""))])
+    with pytest.raises(C.CollectorError, match=r"stopped early \(failed, exit 2\)$"):
+        C.collect_files(lab_plan)
+    assert len(calls) == 1  # an exit code is ansible's own answer: not run again
+
+
 def test_stack_secrets_from_an_export_with_show_secrets():
     state = {"version": 3, "deployment": {"resources": [
         {"type": "pulumi:pulumi:Stack", "outputs": {}},
