@@ -71,7 +71,6 @@ if wanted pulumi; then
 fi
 
 if wanted k8s; then
-    step "k8s: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, Kueue, KWOK, Kueue/Volcano CRDs (Go module proxy on first use, then cached)"
-    # volcano is asked for so the proxy's refusal is printed each time (not fatal)
-    timed scripts/build-k8s.sh etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kueue kwok crds volcano >/dev/null
+    step "k8s: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet, Kueue, KWOK, Volcano, their CRDs, the kubelet's image (Go module proxy and Debian on first use, then cached)"
+    timed scripts/build-k8s.sh >/dev/null   # its default components
 fi

@@ -3,13 +3,13 @@
 #
 #   scripts/build-k8s.sh                 # default components, see below
 #   scripts/build-k8s.sh kube-apiserver etcd
-#   scripts/build-k8s.sh kubelet         # not a default: for trying a real kubelet (94 s)
 #   export PATH="$(scripts/build-k8s.sh --print-bin):$PATH"
 #
 # Output: ${RAILYARD_K8S_CACHE:-~/.cache/railyard/k8s}/<K8S_VERSION>/bin
 #         .../crds/{kueue,volcano}/*.yaml  (CRDs copied from the module zips)
 #         .../manifests/kueue/{webhooks,controller_manager_config,manager-role}.yaml, manifests/kwok/{stages,role}.yaml,
-#         manifests/volcano/roles.yaml (the scheduler's and the controllers' ClusterRoles)
+#         manifests/volcano/roles.yaml (the scheduler's and the controllers' ClusterRoles),
+#         images/busybox.tar (localhost/railyard/busybox:1, for real kubelets: see build_images)
 # Cached: a component whose binary and stamp (.stamp-<name>, holding the version it
 # was built from) are present is not touched, so a second run makes no network call
 # and returns at once.  A component the proxy refuses is remembered in
@@ -45,7 +45,7 @@ ROOT=$CACHE/$K8S_VERSION
 BIN=$ROOT/bin
 LOGS=$ROOT/logs
 NOTES=${RAILYARD_K8S_NOTES:-/tmp/k8s-notes.md}
-DEFAULT_COMPONENTS="etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kueue kwok crds volcano"
+DEFAULT_COMPONENTS="etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kueue kwok crds volcano images"
 
 log() { printf 'build-k8s: %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -224,6 +224,32 @@ build_volcano() {  # scheduler + controller-manager, through a wrapper that repe
     set_stamp volcano "$want"
 }
 
+# The one image a real kubelet in the lab needs (no registry serves images here): Debian's
+# busybox-static in an otherwise empty image, the pods' workload and, as it sleeps until
+# killed, their sandbox ("pause") too. Saved as a docker archive for `ctr images import`.
+IMAGE_REF=${IMAGE_REF:-localhost/railyard/busybox:1}
+build_images() {
+    local ver want logf=$LOGS/images.log tmp
+    ver=$(apt-cache policy busybox-static 2>/dev/null | sed -n 's/^ *Candidate: //p')
+    [[ -n $ver && $ver != "(none)" ]] || { log "images: apt has no busybox-static candidate (apt-get update?)"; return 1; }
+    want="$IMAGE_REF busybox-static=$ver"
+    is_cached images "$want" "$ROOT/images/busybox.tar" && return 0
+    command -v podman >/dev/null || { log "images: needs podman to build $IMAGE_REF"; return 1; }
+    tmp=$(mktemp -d)
+    log "images: $IMAGE_REF from busybox-static=$ver (log: $logf)"
+    if ! (cd "$tmp" && apt-get download "busybox-static=$ver" && dpkg-deb -x busybox-static_*.deb x &&
+          cp x/bin/busybox . &&
+          printf '%s\n' 'FROM scratch' 'COPY busybox /bin/busybox' 'RUN ["/bin/busybox", "--install", "-s", "/bin"]' \
+              'CMD ["/bin/sleep", "infinity"]' >Containerfile &&
+          podman build -q -t "$IMAGE_REF" . &&
+          mkdir -p "$ROOT/images" && rm -f "$ROOT/images/busybox.tar" &&
+          podman save --format docker-archive -o "$ROOT/images/busybox.tar" "$IMAGE_REF") >"$logf" 2>&1; then
+        rm -rf "$tmp"; tail -n 5 "$logf" >&2; return 1
+    fi
+    rm -rf "$tmp"
+    set_stamp images "$want"
+}
+
 copy_crds() {  # Kueue's and Volcano's CRD YAMLs from their module zips
     local want="kueue@$KUEUE_VERSION volcano@$VOLCANO_VERSION kwok@$KWOK_VERSION manifests:kueue-rbac+secrets,kwok-rbac,volcano-jobflow+rbac" logf=$LOGS/crds.log d
     is_cached crds "$want" "$ROOT/crds/kueue" && return 0
@@ -282,7 +308,8 @@ main() {
             kwok) go_install kwok "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" kwok || st=$? ;;
             volcano) build_volcano || st=$? ;;
             crds) copy_crds || st=$? ;;
-            *) die "unknown component '$c' (known: $DEFAULT_COMPONENTS kubelet)" ;;
+            images) build_images || st=$? ;;
+            *) die "unknown component '$c' (known: $DEFAULT_COMPONENTS)" ;;
         esac
         SECONDS_TAKEN[$c]=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN{printf "%.1f", b-a}')
         case $st in
