@@ -65,6 +65,32 @@ def test_node_without_gpus_advertises_none():
     assert "annotations" not in node["metadata"]
 
 
+def test_a_real_kubelets_node_gets_only_the_plans_gpus():
+    """The kubelet reports CPUs, memory and addresses; railyard sets nvidia.com/gpu only
+    (and nothing on a node without GPUs), so the two never fight over a field."""
+    hw = {"sockets": 1, "cores_per_socket": 2, "threads_per_core": 1, "memory_mb": 1000}
+    node = worker.k8s_node("kw2", {"a": "b"}, hw, {"count": 2}, "10.0.0.6", {}, "kubelet")
+    assert node["status"] == {"capacity": {"nvidia.com/gpu": "2"}, "allocatable": {"nvidia.com/gpu": "2"}}
+    assert node["metadata"]["labels"]["a"] == "b"
+    assert worker.k8s_node("cpu02", {}, hw, None, "10.0.0.7", {}, "kubelet")["status"] == {}
+    with pytest.raises(ValueError, match="agent must be kwok or kubelet"):
+        worker.k8s_node("x", {}, hw, None, "10.0.0.8", {}, "containerd")
+
+
+def test_node_status_differs_only_on_what_railyard_sets():
+    hw = {"sockets": 1, "cores_per_socket": 2, "threads_per_core": 1, "memory_mb": 1000}
+    node = worker.k8s_node("kw2", {}, hw, {"count": 2}, "10.0.0.6", {}, "kubelet")
+    kubelet_status = {"capacity": {"cpu": "2", "memory": "24683664Ki", "nvidia.com/gpu": "2"},
+                      "allocatable": {"cpu": "2", "memory": "24581264Ki", "nvidia.com/gpu": "2"}}
+    assert worker.k8s_node_status_differs(json.dumps(kubelet_status), node) is False
+    zeroed = {"capacity": {**kubelet_status["capacity"], "nvidia.com/gpu": "0"},
+              "allocatable": kubelet_status["allocatable"]}
+    assert worker.k8s_node_status_differs(zeroed, node) is True  # a kubelet restart zeroed it
+    assert worker.k8s_node_status_differs("", node) is True       # not registered yet
+    kwok = worker.k8s_node("kw1", {}, hw, {"count": 2}, "10.0.0.5")
+    assert worker.k8s_node_status_differs(kwok["status"], kwok) is False
+
+
 def test_kwok_rbac_binds_upstreams_role_to_the_group():
     role = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: kwok-controller}\nrules: []\n"
     out = worker.k8s_worker_rbac(role, "railyard:kwok")

@@ -24,14 +24,22 @@ def k8s_node(
     gpus: dict[str, Any] | None,
     address: str,
     annotations: dict[str, str] | None = None,
+    agent: str = "kwok",
 ) -> dict[str, Any]:
     """The Node a worker registers: the plan's labels, and the plan's capacity in status.
 
-    Capacity is what the spec says the node has (CPUs, memory in Mi, ``nvidia.com/gpu``),
-    so Kueue's quotas and kube-scheduler count the same GPUs as Slurm's gres.conf does.
+    With KWOK (*agent* ``kwok``) capacity is what the spec says the node has (CPUs, memory
+    in Mi, ``nvidia.com/gpu``), so Kueue's quotas and kube-scheduler count the same GPUs as
+    Slurm's gres.conf does. A real kubelet reports CPUs, memory and addresses itself: then
+    only the plan's ``nvidia.com/gpu`` is set (an extended resource the kubelet keeps, as
+    a device plugin would advertise it), and status is empty on a node without GPUs.
     """
+    if agent not in ("kwok", "kubelet"):
+        raise ValueError(f"k8s_node: agent must be kwok or kubelet, not {agent!r}")
     cpus = int(hardware["sockets"]) * int(hardware["cores_per_socket"]) * int(hardware["threads_per_core"])
     cap = {"cpu": str(cpus), "memory": _mebibytes(int(hardware["memory_mb"])), "pods": "110"}
+    if agent == "kubelet":
+        cap = {}
     if gpus and int(gpus.get("count", 0)):
         cap["nvidia.com/gpu"] = str(int(gpus["count"]))
     meta: dict[str, Any] = {
@@ -40,16 +48,24 @@ def k8s_node(
     }
     if annotations:
         meta["annotations"] = dict(annotations)
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": meta,
-        "status": {
-            "capacity": cap,
-            "allocatable": cap,
-            "addresses": [{"type": "InternalIP", "address": address}, {"type": "Hostname", "address": name}],
-        },
-    }
+    status: dict[str, Any] = {"capacity": cap, "allocatable": cap} if cap else {}
+    if agent == "kwok":
+        status["addresses"] = [{"type": "InternalIP", "address": address}, {"type": "Hostname", "address": name}]
+    return {"apiVersion": "v1", "kind": "Node", "metadata": meta, "status": status}
+
+
+def k8s_node_status_differs(observed: dict[str, Any] | str, node: dict[str, Any]) -> bool:
+    """Whether the apiserver's Node status lacks what railyard sets: each capacity and
+    allocatable entry of *node* (the agent's own entries are left alone)."""
+    import json
+
+    if isinstance(observed, str):
+        observed = json.loads(observed) if observed.strip() else {}
+    for field in ("capacity", "allocatable"):
+        have = (observed or {}).get(field) or {}
+        if any(have.get(k) != v for k, v in node.get("status", {}).get(field, {}).items()):
+            return True
+    return False
 
 
 def k8s_node_status(node: dict[str, Any]) -> dict[str, Any]:
@@ -79,4 +95,5 @@ def k8s_worker_rbac(role_yaml: str, group: str) -> dict[str, Any]:
 
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"k8s_node": k8s_node, "k8s_worker_rbac": k8s_worker_rbac, "k8s_node_status": k8s_node_status, "k8s_node_spec": k8s_node_spec}
+        return {"k8s_node": k8s_node, "k8s_worker_rbac": k8s_worker_rbac, "k8s_node_status": k8s_node_status,
+                "k8s_node_spec": k8s_node_spec, "k8s_node_status_differs": k8s_node_status_differs}
