@@ -1,4 +1,5 @@
-"""Behaviour of the converged lab Kubernetes partition: control plane, KWOK workers, Kueue, Volcano.
+"""Behaviour of the converged lab Kubernetes partition: control plane, a KWOK worker and a
+real-kubelet worker, Kueue, Volcano.
 
 kubectl runs on the control-plane node (``podman exec`` through testinfra) with the
 admin kubeconfig the role wrote. Expectations come from the molecule render of the lab
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 import testinfra
@@ -32,6 +34,11 @@ LQ = next(d for d in KUEUE_DOCS if d["kind"] == "LocalQueue")
 CQ = next(d for d in KUEUE_DOCS if d["kind"] == "ClusterQueue")
 PLAN_GPUS = {n: json.loads((ARTIFACTS / f"ansible/host_vars/{n}.json").read_text()).get("railyard_gpus", {}).get("count", 0)
              for n in WORKERS}
+# Which agent each worker runs, as this scenario's inventory sets it (the role's default: kwok).
+_HOST_VARS = yaml.safe_load((Path(__file__).resolve().parents[1] / "molecule.yml").read_text())[
+    "provisioner"]["inventory"].get("host_vars", {})
+AGENT = {n: _HOST_VARS.get(n, {}).get("k8s_worker_kubelet", "kwok") for n in WORKERS}
+IMAGE = _HOST_VARS[next(n for n in WORKERS if AGENT[n] == "kubelet")]["k8s_worker_sandbox_image"]
 GPU_QUOTA = int(next(r["nominalQuota"] for g in CQ["spec"]["resourceGroups"] for f in g["flavors"]
                      for r in f["resources"] if r["name"] == "nvidia.com/gpu"))
 
@@ -69,8 +76,9 @@ def job(name: str, pods: int, gpus: int, annotation: dict[str, str] | None = Non
             "parallelism": pods, "completions": pods, "suspend": True,
             "template": {
                 "metadata": {"annotations": annotation or {}},
-                "spec": {"restartPolicy": "Never", "containers": [{
-                    "name": "train", "image": "registry.invalid/never-pulled:0",  # KWOK runs no container
+                "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1, "containers": [{
+                    # KWOK runs no container; the real kubelet runs the locally imported image
+                    "name": "train", "image": IMAGE, "imagePullPolicy": "Never", "command": ["sleep", "3600"],
                     "resources": {"requests": {"cpu": "100m", "memory": "64Mi", "nvidia.com/gpu": str(gpus)},
                                   "limits": {"nvidia.com/gpu": str(gpus)}}}]},
             },
@@ -108,8 +116,40 @@ def test_control_plane_units_run(unit):
 
 
 @pytest.mark.parametrize("name", WORKERS)
-def test_kwok_runs_on_each_worker(name):
-    assert_running(testinfra.get_host(f"podman://{name}"), "kwok")
+def test_each_worker_runs_its_agent(name):
+    host = testinfra.get_host(f"podman://{name}")
+    for unit in (["containerd", "kubelet"] if AGENT[name] == "kubelet" else ["kwok"]):
+        assert_running(host, unit)
+
+
+def test_both_agents_are_covered():
+    assert sorted(set(AGENT.values())) == ["kubelet", "kwok"], AGENT
+
+
+def test_the_real_kubelet_runs_a_container_with_its_limits():
+    """A pod on the kubelet worker runs the locally imported image; its memory limit is
+    the container's cgroup limit (cgroup v1 here)."""
+    node = next(n for n in WORKERS if AGENT[n] == "kubelet")
+    name = "limits-probe"
+    kubectl("delete", "pod", name, "--ignore-not-found", "--grace-period=0", "--force", check=False)
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+           "spec": {"nodeName": node, "restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                    "containers": [{"name": "c", "image": IMAGE, "imagePullPolicy": "Never",
+                                    "command": ["sh", "-c", "cat /sys/fs/cgroup/memory/memory.limit_in_bytes; sleep 3600"],
+                                    "resources": {"limits": {"cpu": "200m", "memory": "64Mi"}}}]}}
+    t0 = time.monotonic()
+    kubectl("apply", "-f", "-", stdin=json.dumps(pod))
+    try:
+        took, got = wait(lambda: (p := get("pod", name))["status"].get("phase") == "Running" and p, 60)
+        assert took is not None, (get("pod", name)["status"], journal(testinfra.get_host(f"podman://{node}"), "kubelet"))
+        print(f"\npod Running on the real kubelet {time.monotonic() - t0:.2f} s after creation")
+        host = testinfra.get_host(f"podman://{node}")
+        uid = got["metadata"]["uid"]
+        logs = host.run(f"cat /var/log/pods/default_{name}_{uid}/c/0.log")
+        assert logs.rc == 0 and str(64 * 1024 * 1024) in logs.stdout, logs.stdout + logs.stderr
+        assert got["status"]["containerStatuses"][0]["containerID"].startswith("containerd://")
+    finally:
+        kubectl("delete", "pod", name, "--ignore-not-found", "--grace-period=0", "--force", check=False)
 
 
 def test_keys_are_private():
@@ -118,7 +158,8 @@ def test_keys_are_private():
     assert len(keys) >= 6, keys
     assert all(k.startswith("600 root ") for k in keys), keys
     for name in WORKERS:
-        f = testinfra.get_host(f"podman://{name}").file("/etc/kwok/pki/node.key")
+        d = "/etc/kwok" if AGENT[name] == "kwok" else "/etc/kubernetes/kubelet"
+        f = testinfra.get_host(f"podman://{name}").file(f"{d}/pki/node.key")
         assert f.mode == 0o600 and f.user == "root"
 
 
@@ -133,12 +174,14 @@ def test_nodes_are_ready_with_the_plans_labels_and_capacity():
     assert sorted(nodes) == sorted(WORKERS)
     for name, node in nodes.items():
         ready = condition(node, "Ready")
-        assert ready.get("status") == "True", (name, ready, journal(testinfra.get_host(f"podman://{name}"), "kwok"))
+        agent = "kubelet" if AGENT[name] == "kubelet" else "kwok"
+        assert ready.get("status") == "True", (name, ready, journal(testinfra.get_host(f"podman://{name}"), agent))
         labels = node["metadata"]["labels"]
         assert {k: labels.get(k) for k in NODE_LABELS[name]} == NODE_LABELS[name]
         gpus = PLAN_GPUS[name]
         assert node["status"]["allocatable"]["nvidia.com/gpu"] == str(gpus)
-
+        runtime = node["status"]["nodeInfo"]["containerRuntimeVersion"]
+        assert runtime.startswith("containerd://" if AGENT[name] == "kubelet" else "kwok"), (name, runtime)
 
 
 def test_slurm_and_kubernetes_name_the_same_scalable_units():
@@ -240,8 +283,8 @@ def volcano_job(name: str, pods: int, tier: int) -> str:
             "schedulerName": "volcano", "queue": VQUEUE, "minAvailable": pods,
             "networkTopology": {"mode": "hard", "highestTierAllowed": tier},
             "tasks": [{"name": "worker", "replicas": pods, "template": {"spec": {
-                "restartPolicy": "Never", "containers": [{
-                    "name": "train", "image": "registry.invalid/never-pulled:0",
+                "restartPolicy": "Never", "terminationGracePeriodSeconds": 1, "containers": [{
+                    "name": "train", "image": IMAGE, "imagePullPolicy": "Never", "command": ["sleep", "3600"],
                     "resources": {"requests": {"cpu": "100m", "memory": "64Mi", "nvidia.com/gpu": "1"},
                                   "limits": {"nvidia.com/gpu": "1"}}}]}}}],
         },
