@@ -4,7 +4,8 @@ Lab (podman) nodes get the management network with the plan's address and name, 
 interface per fabric leaf they are cabled to (``rail0``, ``rail1``, ...): a rail-optimized
 SU shows up in ``ip addr`` as it is cabled. Rails carry no names and no routes (see
 railyard.drivers.podman). NFS servers run privileged with their exports on podman
-volumes (nfs-ganesha cannot export overlayfs); stand-in GPUs become character devices.
+volumes (nfs-ganesha cannot export overlayfs), Kubernetes workers privileged for their
+kubelet's containers; stand-in GPUs become character devices.
 """
 
 from __future__ import annotations
@@ -97,7 +98,8 @@ def node_spec(plan: Plan, node: Node) -> NodeSpec:
         container=container_name(cluster, node.name),
         image=IMAGE_REF,
         attachments=tuple(attachments),
-        privileged="nfs_server" in node.roles,
+        # nfs-ganesha's open_by_handle_at; a real kubelet's runc makes namespaces and cgroups
+        privileged="nfs_server" in node.roles or "k8s_worker" in node.roles,
         devices=devices,
         volumes=volumes,
     )

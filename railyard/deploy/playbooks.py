@@ -82,6 +82,14 @@ def _package_vars(prefix: str, which: str) -> Callable[[Plan], dict[str, Any]]:
 # The Kubernetes release scripts/build-k8s.sh builds for the lab (its K8S_VERSION); the
 # lab spec pins its minor (tests/test_k8s_objects.py checks both).
 LAB_K8S_RELEASE = "1.35.4"
+# The one image the lab's kubelets run (scripts/build-k8s.sh images): workload and sandbox.
+LAB_IMAGE = "localhost/railyard/busybox:1"
+
+
+def k8s_worker_agent(plan: Plan) -> str:
+    """What runs pods on the plan's Kubernetes workers: the lab's real kubelets, or KWOK
+    where the kubelet's release install is not written yet (roles/k8s_worker)."""
+    return "kubelet" if is_lab(plan) else "kwok"
 
 
 def lab_k8s_dir() -> Path:
@@ -104,9 +112,12 @@ def _k8s_vars(role: str) -> Callable[[Plan], dict[str, Any]]:
                 out |= {"k8s_control_plane_version": LAB_K8S_RELEASE, "k8s_control_plane_binaries_dir": str(d / "bin")}
             return out
         if role == "k8s_worker":
-            return {"k8s_worker_install_source": "binaries" if lab else "release",
-                    "k8s_worker_kwok_manifests_dir": str(d / "manifests/kwok"),
-                    **({"k8s_worker_binaries_dir": str(d / "bin")} if lab else {})}
+            if k8s_worker_agent(plan) == "kubelet":  # the lab: node containers, the image built here
+                return {"k8s_worker_kubelet": "kubelet", "k8s_worker_install_source": "binaries",
+                        "k8s_worker_kubelet_version": LAB_K8S_RELEASE, "k8s_worker_binaries_dir": str(d / "bin"),
+                        "k8s_worker_node_in_container": True, "k8s_worker_containerd_snapshotter": "native",
+                        "k8s_worker_sandbox_image": LAB_IMAGE, "k8s_worker_image_archives": [str(d / "images/busybox.tar")]}
+            return {"k8s_worker_install_source": "release", "k8s_worker_kwok_manifests_dir": str(d / "manifests/kwok")}
         if role == "kueue":
             return {"kueue_version": versions.kueue, "kueue_binaries_dir": str(d / "bin"), "kueue_manifests_dir": str(d)}
         return {"volcano_version": versions.volcano, "volcano_binaries_dir": str(d / "bin"), "volcano_manifests_dir": str(d)}

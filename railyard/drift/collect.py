@@ -175,8 +175,11 @@ def expected_units(plan: Plan, roles: Sequence[str]) -> dict[str, tuple[tuple[st
         if "volcano" in roles:
             for unit in ("vc-scheduler", "vc-controller-manager"):
                 add(cp, f"{unit}.service", "active", "volcano")
-        if "k8s_worker" in roles:  # the role's node agent: KWOK, the only one it installs
-            add(workers, "kwok.service", "active", "k8s_worker")
+        if "k8s_worker" in roles:  # the role's node agent
+            from railyard.deploy.playbooks import k8s_worker_agent
+
+            for unit in ("containerd", "kubelet") if k8s_worker_agent(plan) == "kubelet" else ("kwok",):
+                add(workers, f"{unit}.service", "active", "k8s_worker")
     if "nfs_client" in roles:
         for m in plan.storage.mounts:
             if m.type == "nfs":

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from railyard.deploy import automation
-from railyard.deploy.playbooks import plan_playbooks
+from railyard.deploy.playbooks import LAB_IMAGE, plan_playbooks
 from railyard.drift.model import Finding
 from railyard.drivers.podman import cleanup, labelled
 from railyard.render import render
@@ -55,8 +55,8 @@ class Log:
         return "\n".join(self.lines[-n:])
 
 
-def _podman(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["podman", *args], capture_output=True, text=True, check=check)
+def _podman(*args: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["podman", *args], capture_output=True, text=True, check=check, input=input)
 
 
 @pytest.fixture(scope="module")
@@ -158,6 +158,24 @@ def test_kubernetes_partition_serves_the_plan(stack: dict) -> None:
         assert ready["status"] == "True", (name, ready)
         labels = node["metadata"]["labels"]
         assert {k: labels.get(k) for k in plan.kubernetes.labels[name]} == plan.kubernetes.labels[name]
+        # real kubelets with Debian's containerd, and the plan's GPUs
+        assert node["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://"), node["status"]
+        gpus = (plan.inventory.hostvars[name].get("railyard_gpus") or {}).get("count", 0)
+        assert node["status"]["allocatable"].get("nvidia.com/gpu", "0") == str(gpus)
+    # a container really runs on each worker (the image is the locally built one)
+    for name in nodes:
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"probe-{name}", "namespace": "default"},
+               "spec": {"nodeName": name, "restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                        "containers": [{"name": "c", "image": LAB_IMAGE, "imagePullPolicy": "Never",
+                                        "command": ["sleep", "600"]}]}}
+        _podman("exec", "-i", "railyard-lab-kcp1", "kubectl", "apply", "-f", "-", input=json.dumps(pod))
+    t0 = time.monotonic()
+    for name in nodes:
+        _podman("exec", "railyard-lab-kcp1", "kubectl", "wait", f"pod/probe-{name}", "--for=jsonpath={.status.phase}=Running",
+                "--timeout=90s")
+    print(f"\na pod Running on each of {sorted(nodes)} within {time.monotonic() - t0:.1f} s")
+    for name in nodes:
+        _podman("exec", "railyard-lab-kcp1", "kubectl", "delete", "pod", f"probe-{name}", "--grace-period=0", "--force")
     for cq in (o for o in plan.kubernetes.kueue if o["kind"] == "ClusterQueue"):
         got = kubectl("get", "clusterqueue", cq["metadata"]["name"])
         active = next(c for c in got["status"]["conditions"] if c["type"] == "Active")

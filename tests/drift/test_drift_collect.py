@@ -150,7 +150,8 @@ def test_expected_units_follow_the_roles_that_exist(lab_plan):
                                           "kube-scheduler.service", "kueue.service", "vc-scheduler.service",
                                           "vc-controller-manager.service", "shared.mount"]
     assert k8s["kcp1"][5] == ("vc-scheduler.service", "active", "volcano")
-    assert k8s["kw2"] == (("kwok.service", "active", "k8s_worker"), mount)
+    assert k8s["kw2"] == (("containerd.service", "active", "k8s_worker"), ("kubelet.service", "active", "k8s_worker"),
+                          mount)  # the lab's workers run real kubelets
     assert "nfs1" not in units  # the server does not mount its own export
     assert expected_units(lab_plan, []) == {}
     assert expected_units(lab_plan, ["slurm_compute"]) == {
