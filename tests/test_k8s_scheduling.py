@@ -22,6 +22,7 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.support import k8sapi, k8slab
+from tests.support.topology import hypernode_nodes
 
 pytestmark = pytest.mark.k8s
 
@@ -236,19 +237,7 @@ def _volcano_placed(stack, ns: str, name: str, n: int, timeout: float = 60) -> d
 
 
 def _hypernodes(stack, tier: int) -> dict[str, set[str]]:
-    """HyperNode -> the nodes under it, for the compiled HyperNodes of *tier* (tier 1 names
-    nodes; higher tiers name the HyperNodes below them)."""
-    docs = k8slab.k8s_docs(stack.render_dir / "kubernetes/volcano.yaml")
-    hn = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "HyperNode"}
-
-    def nodes(name: str) -> set[str]:
-        out: set[str] = set()
-        for m in hn[name]["members"]:
-            ref = m["selector"]["exactMatch"]["name"]
-            out |= {ref} if m["type"] == "Node" else nodes(ref)
-        return out
-
-    return {name: nodes(name) for name, spec in hn.items() if spec["tier"] == tier}
+    return hypernode_nodes(k8slab.k8s_docs(stack.render_dir / "kubernetes/volcano.yaml"), tier)
 
 
 @on("lab")

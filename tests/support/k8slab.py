@@ -269,6 +269,23 @@ def start_volcano(api: K8sAPI, render_dir: Path) -> tuple[int, int]:
     return ports[0], ports[1]
 
 
+def gpu_pod_spec(gpus: int) -> dict[str, Any]:
+    """A pod of *gpus* GPUs that KWOK marks Running (its image is never pulled)."""
+    return {
+        "restartPolicy": "Never",
+        "containers": [
+            {
+                "name": "probe",
+                "image": "registry.invalid/none:0",
+                "resources": {
+                    "requests": {"cpu": "100m", "memory": "64Mi", "nvidia.com/gpu": str(gpus)},
+                    "limits": {"nvidia.com/gpu": str(gpus)},
+                },
+            }
+        ],
+    }
+
+
 def volcano_job(
     name: str,
     namespace: str,
@@ -287,21 +304,7 @@ def volcano_job(
             {
                 "name": "worker",
                 "replicas": pods,
-                "template": {
-                    "spec": {
-                        "restartPolicy": "Never",
-                        "containers": [
-                            {
-                                "name": "probe",
-                                "image": "registry.invalid/none:0",
-                                "resources": {
-                                    "requests": {"cpu": "100m", "memory": "64Mi", "nvidia.com/gpu": str(gpus)},
-                                    "limits": {"nvidia.com/gpu": str(gpus)},
-                                },
-                            }
-                        ],
-                    }
-                },
+                "template": {"spec": gpu_pod_spec(gpus)},
             }
         ],
     }
@@ -448,23 +451,7 @@ def gpu_job(
             "suspend": True,
             "template": {
                 "metadata": {"annotations": annotations},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [
-                        {
-                            "name": "probe",
-                            "image": "registry.invalid/none:0",
-                            "resources": {
-                                "requests": {
-                                    "cpu": "100m",
-                                    "memory": "64Mi",
-                                    "nvidia.com/gpu": str(gpus),
-                                },
-                                "limits": {"nvidia.com/gpu": str(gpus)},
-                            },
-                        }
-                    ],
-                },
+                "spec": gpu_pod_spec(gpus),
             },
         },
     }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from railyard.drift.slurm import parse_topology
 from railyard.hostlist import expand
 
@@ -25,3 +27,18 @@ def observed_topology(scontrol_output: str) -> Topology:
     """`scontrol show topology` text in the same shape."""
     switches, _blocks = parse_topology(scontrol_output)
     return {s.name: (s.level, frozenset(s.nodes), frozenset(s.switches)) for s in switches}
+
+
+def hypernode_nodes(docs: list[dict[str, Any]], tier: int) -> dict[str, set[str]]:
+    """HyperNode -> the nodes under it, for the compiled HyperNodes (``kubernetes/volcano.yaml``)
+    of *tier* (tier 1 names nodes; higher tiers name the HyperNodes below them)."""
+    hn = {d["metadata"]["name"]: d["spec"] for d in docs if d.get("kind") == "HyperNode"}
+
+    def nodes(name: str) -> set[str]:
+        out: set[str] = set()
+        for m in hn[name]["members"]:
+            ref = m["selector"]["exactMatch"]["name"]
+            out |= {ref} if m["type"] == "Node" else nodes(ref)
+        return out
+
+    return {name: nodes(name) for name, spec in hn.items() if spec["tier"] == tier}

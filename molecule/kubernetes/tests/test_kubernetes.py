@@ -17,6 +17,7 @@ import pytest
 import testinfra
 import yaml
 
+from tests.support.topology import hypernode_nodes
 from tests.support.verify import ARTIFACTS, assert_running, journal
 
 PLAN = json.loads((ARTIFACTS / "plan.json").read_text())
@@ -261,17 +262,7 @@ def test_job_over_the_quota_waits_until_quota_frees():
             delete_job(n)
 
 
-HYPERNODES = {d["metadata"]["name"]: d["spec"] for d in VOLCANO_DOCS if d["kind"] == "HyperNode"}
 VQUEUE = next(d for d in VOLCANO_DOCS if d["kind"] == "Queue")["metadata"]["name"]
-
-
-def hypernode_nodes(name: str) -> set[str]:
-    """The nodes under a compiled HyperNode (tier 1 names nodes, higher tiers HyperNodes)."""
-    out: set[str] = set()
-    for m in HYPERNODES[name]["members"]:
-        ref = m["selector"]["exactMatch"]["name"]
-        out |= {ref} if m["type"] == "Node" else hypernode_nodes(ref)
-    return out
 
 
 def volcano_job(name: str, pods: int, tier: int) -> str:
@@ -294,7 +285,7 @@ def volcano_job(name: str, pods: int, tier: int) -> str:
 def test_volcano_places_a_hard_tier1_gang_inside_one_hypernode():
     """vc-scheduler, as the role runs it, puts a gang that must stay in one tier-1 HyperNode
     (an SU) on that SU's workers; the controllers made its pods and PodGroup."""
-    tier1 = {n: hn for hn in HYPERNODES if HYPERNODES[hn]["tier"] == 1 for n in hypernode_nodes(hn)}
+    tier1 = {n: hn for hn, members in hypernode_nodes(VOLCANO_DOCS, 1).items() for n in members}
     per_su = min(sum(PLAN_GPUS[n] for n in WORKERS if tier1.get(n) == hn) for hn in set(tier1.values()))
     name, pods = "vc-hard-tier1", min(2, per_su)
     sel = f"volcano.sh/job-name={name}"
