@@ -276,7 +276,7 @@ def test_d_volcano_places_a_hard_tier1_job_inside_one_hypernode(stack):
     pg = k8slab.kubectl(api, "get", "podgroups", "-n", ns, "-o", "json")
     print(f"hard tier 1, 3 pods: {len(pods)} pods, bound {bound}; podgroup conditions: "
           + str([c for item in json.loads(pg.stdout)["items"] for c in item["status"].get("conditions", [])]))
-    assert bound == [], bound
+    assert len(pods) == 3 and bound == [], (len(pods), bound)  # the gang exists, none of it placed
     delete("hard1-wide")
 
     t0 = run("hard2-wide", 3, 2)
