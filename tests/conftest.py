@@ -44,3 +44,73 @@ def pytest_collection_modifyitems(config, items):
         rel = str(Path(item.fspath).relative_to(ROOT))
         if rel in WIP:
             item.add_marker(pytest.mark.skip(reason=f"WIP, RAILYARD_RUN_WIP=1 runs it: {WIP[rel]}"))
+
+
+# --- where the time went ------------------------------------------------------------------
+# A closing table of the run's time per kind of test (set-up, unit, slurmctld, k8s,
+# molecule, e2e), so a CI run that grows shows where. Set-up is `make setup`'s wall time,
+# which the Makefile passes in RAILYARD_SETUP_SECONDS; each test counts its set-up, call and
+# teardown (a module fixture's cost lands on the test that first or last used it).
+KINDS = ("unit", "slurmctld", "k8s", "podman", "molecule", "e2e")
+_KIND_OF: dict[str, str] = {}
+_SPENT: dict[str, list[float]] = {}  # kind -> [seconds, tests]
+
+
+def _kind(item) -> str:
+    if item.get_closest_marker("e2e"):
+        return "e2e"
+    if item.path.name == "test_molecule.py" and item.originalname == "test_molecule":
+        return "molecule"
+    for marker, kind in (("k8s", "k8s"), ("slurm", "slurmctld"), ("podman", "podman")):
+        if item.get_closest_marker(marker):
+            return kind
+    return "unit"
+
+
+_STARTED: list[float] = []
+
+
+def pytest_sessionstart(session):
+    import time
+
+    _STARTED.append(time.monotonic())
+
+
+def pytest_collection_finish(session):
+    _KIND_OF.update({item.nodeid: _kind(item) for item in session.items})
+
+
+def pytest_runtest_logreport(report):
+    if type(report) is not pytest.TestReport:  # subtest reports are part of their test
+        return
+    kind = _KIND_OF.get(report.nodeid, "unit")
+    spent = _SPENT.setdefault(kind, [0.0, 0])
+    spent[0] += report.duration
+    if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+        spent[1] += 1
+
+
+def pytest_terminal_summary(terminalreporter):
+    import os
+    import time
+
+    if not _SPENT:
+        return
+    tr = terminalreporter
+    wall = time.monotonic() - _STARTED[0] if _STARTED else None
+    rows: list[tuple[str, str, float]] = []
+    setup = os.environ.get("RAILYARD_SETUP_SECONDS")
+    if setup and setup.isdigit():
+        rows.append(("set-up", "make setup", float(setup)))
+    for kind in KINDS:
+        if kind in _SPENT:
+            seconds, tests = _SPENT[kind]
+            rows.append((kind, f"{tests} tests", seconds))
+    total = sum(r[2] for r in rows)
+    tr.write_sep("=", "where the time went")
+    for name, what, seconds in rows:
+        share = 100 * seconds / total if total else 0.0
+        tr.write_line(f"{name:<10} {what:>12} {seconds:9.1f} s {seconds / 60:6.1f} min {share:5.1f} %")
+    tr.write_line(f"{'total':<10} {'':>12} {total:9.1f} s {total / 60:6.1f} min")
+    if wall is not None:
+        tr.write_line(f"(pytest wall time {wall:.1f} s)")
