@@ -6,6 +6,7 @@
 #
 # Parts: apt (test tools), venv (pinned Python deps + railyard), slurm (Debian's Slurm
 # daemons for the real-scheduler tests), podman (runtime for the lab and molecule),
+# vendor (Enroot and Pyxis .debs built from ../shared/vendor/ for the lab and molecule),
 # image (the lab node image), pulumi (the engine, built from the Go module proxy),
 # k8s (Debian's etcd; kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
 # Kueue and KWOK built from the Go module proxy once, then cached; the pinned Kueue and
@@ -56,6 +57,11 @@ fi
 if wanted podman; then
     step "podman: runtime for the lab and molecule (runc, ulimits)"
     timed scripts/setup-podman.sh
+fi
+
+if wanted vendor; then
+    step "vendor: Enroot and Pyxis .debs from the vendored release archives, against this Slurm (cached)"
+    timed scripts/build-vendor.sh
 fi
 
 if wanted image; then
