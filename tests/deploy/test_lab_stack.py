@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from railyard.deploy import automation
 from railyard.deploy.playbooks import LAB_IMAGE, plan_playbooks
@@ -138,7 +139,7 @@ def test_slurm_job_runs_on_4_nodes(stack: dict) -> None:
     assert sorted(proc.stdout.split()) == ["gpu001", "gpu002", "gpu003", "gpu004"]
     # the live topology is the plan's: every switch with its nodes and children
     topo = _podman("exec", "railyard-lab-login1", "scontrol", "show", "topology").stdout
-    assert observed_topology(topo) == expected_topology(plan), topo
+    assert observed_topology(topo) == expected_topology(yaml.safe_load(LAB.read_text())), topo
 
 
 def test_kubernetes_partition_serves_the_plan(stack: dict) -> None:
