@@ -175,6 +175,12 @@ def _file_finding(c: FileChange, fix: _Fix) -> Finding:
         kind = "secret_changed"
     elif c.change == "service":
         msg, kind = _service_message(c), "service"
+    elif c.change == "object_created":
+        msg, kind = f"{c.host}: {c.path} is missing from the apiserver (role {c.role} creates it)", "object_missing"
+    elif c.change == "object_modified":
+        msg = (f"{c.host}: {c.path} on the apiserver differs from the plan "
+               f"({_line_counts(c.plan_only, c.host_only)})")
+        kind = "object_changed"
     else:
         detail = f": {c.observed[0]}" if c.observed else ""
         msg, kind = f"{c.host}: role {c.role} would make a change (task '{c.task}'){detail}", "task_changed"

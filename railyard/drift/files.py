@@ -12,8 +12,9 @@ included role's task produced it (kueue applies its objects with k8s_control_pla
 
 Each changed task result becomes one :class:`FileChange` per host and path: what kind of
 change (a file that differs, is missing, should not be there, has other attributes; a
-service that would be started; a secret that would change), with the diff's line counts
-and a few of the differing lines, never the whole diff. Handlers are consequences of
+service that would be started; a secret that would change; an API object that
+``kubectl diff`` says the role's apply would create or change), with the diff's line
+counts and a few of the differing lines, never the whole diff. Handlers are consequences of
 other changes, not drift: their results are ignored (ansible-runner marks a handler's
 ``playbook_on_task_start`` with ``is_conditional: true``).
 """
@@ -172,10 +173,57 @@ def _changes_of(host: str, role: str, task: str, module: str, res: dict[str, Any
             out.append(FileChange(host, role, task, "task", path="", observed=tuple(_clip(x) for x in
                                                                                      lines[:SAMPLE_LINES]),
                                   module=module))
+    if not out and short == "command" and "/LIVE-" in str(res.get("stdout") or ""):
+        out = kubectl_diff_changes(host, role, task, module, str(res["stdout"]))
     if not out:
         msg = str(res.get("msg") or "").strip()
         out.append(FileChange(host, role, task, "task", path=_path(res, None) if diffs else "",
                               observed=(_clip(msg.splitlines()[0]),) if msg else (), module=module))
+    return out
+
+
+# `kubectl diff` runs `diff -u -N LIVE/<obj> MERGED/<obj>` per object that would change;
+# <obj> is [group.]version.Kind.namespace.name (kubectl's InfoObject.Name).
+_KUBECTL_DIFF = re.compile(r"^diff -u -N \S*/LIVE-[^/\s]+/(?P<obj>\S+) \S*/MERGED-[^/\s]+/\S+$")
+_OBJECT = re.compile(r"^(?:[a-z0-9.-]+\.)?v\d+(?:(?:alpha|beta)\d+)?\.(?P<kind>[A-Z]\w*)\.(?P<ns>[^.]*)\.(?P<name>.+)$")
+# What the apiserver changes on every write, not what railyard sets.
+_SERVER_LINE = re.compile(r"^  (generation|resourceVersion): ")
+
+
+def kubectl_object(name: str) -> str:
+    """``topology.volcano.sh.v1alpha1.HyperNode..su2`` -> ``HyperNode/su2`` (namespaced: Kind/ns/name)."""
+    m = _OBJECT.match(name)
+    if m is None:
+        return name
+    return "/".join(x for x in (m["kind"], m["ns"], m["name"]) if x)
+
+
+def kubectl_diff_changes(host: str, role: str, task: str, module: str, stdout: str) -> list[FileChange]:
+    """``kubectl diff`` output (the objects.yml check of k8s_control_plane, which kueue,
+    volcano and k8s_worker include) -> one change per object the apply would touch.
+
+    LIVE is the apiserver's object, MERGED the plan's applied to it: ``+`` lines are the
+    plan's, ``-`` lines the server's; an object LIVE lacks entirely is one to create.
+    """
+    objects: list[tuple[str, list[str]]] = []
+    for line in stdout.splitlines():
+        m = _KUBECTL_DIFF.match(line)
+        if m is not None:
+            objects.append((kubectl_object(m["obj"]), []))
+        elif objects:
+            objects[-1][1].append(line)
+    out: list[FileChange] = []
+    for path, lines in objects:
+        hunks = [ln for ln in lines if not ln.startswith(("---", "+++", "@@"))]
+        created = any(ln.startswith("@@ -0,0 ") for ln in lines)
+        plan = [ln[1:] for ln in hunks if ln.startswith("+") and not _SERVER_LINE.match(ln[1:])]
+        host_side = [ln[1:] for ln in hunks if ln.startswith("-") and not _SERVER_LINE.match(ln[1:])]
+        if not created and not plan and not host_side:
+            continue  # only the server's own counters would move
+        out.append(FileChange(host, role, task, "object_created" if created else "object_modified", path,
+                              len(plan), len(host_side),
+                              () if created else tuple(_clip(x.strip()) for x in plan[:SAMPLE_LINES]),
+                              tuple(_clip(x.strip()) for x in host_side[:SAMPLE_LINES]), module=module))
     return out
 
 

@@ -108,7 +108,8 @@ class SlurmObservation:
 
 # --------------------------------------------------------------------------- files
 
-Change = Literal["modified", "created", "removed", "attributes", "hidden", "service", "task"]
+Change = Literal["modified", "created", "removed", "attributes", "hidden", "service", "task",
+                 "object_created", "object_modified"]  # object_*: an API object, path Kind/[ns/]name
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from railyard.drift.observed import (
     Observed,
     SlurmNode,
     SlurmObservation,
+    UnitState,
     Unreachable,
 )
 from tests.drift.recorded import clean_observed, files_obs, k8s_obs, nodes_obs, slurm_obs
@@ -116,6 +117,36 @@ def test_pyxis_conf_removed(lab_plan):
     (f,) = compare(lab_plan, Observed(files=files_of(change))).findings
     assert f.line == f"gpu001: /etc/slurm/plugstack.conf.d/pyxis.conf is missing — {UP} re-applies role pyxis"
     assert f.kind == "file_missing"
+
+
+def test_api_objects_a_role_would_apply(lab_plan):
+    """kubectl diff in the kueue, volcano and k8s_worker checks: the object, what differs,
+    and the role (and host) whose re-run applies it again."""
+    task = "Diff against the apiserver the objects of {}"
+    quota = FileChange("kcp1", "kueue", task.format("kueue.yaml"), "object_modified", "ClusterQueue/gpu", 1, 1,
+                       ('nominalQuota: "4"',), ('nominalQuota: "8"',))
+    hypernode = FileChange("kcp1", "volcano", task.format("volcano.yaml"), "object_created", "HyperNode/su2", 12)
+    label = FileChange("kw2", "k8s_worker", task.format("node-kw2.yaml"), "object_modified", "Node/kw2", 1, 0,
+                       ("topology.railyard.dev/su: su2",))
+    report = compare(lab_plan, Observed(files=files_of(quota, hypernode, label)))
+    assert lines(report) == [
+        (f"kcp1: ClusterQueue/gpu on the apiserver differs from the plan (1 plan line missing, 1 extra) — {UP} "
+         "re-applies role kueue"),
+        f"kcp1: HyperNode/su2 is missing from the apiserver (role volcano creates it) — {UP} re-applies role volcano",
+        f"kw2: Node/kw2 on the apiserver differs from the plan (1 plan line missing) — {UP} re-applies role k8s_worker",
+    ]
+    assert [f.kind for f in report.findings] == ["object_changed", "object_missing", "object_changed"]
+    assert report.findings[0].expected == 'nominalQuota: "4"' and report.findings[0].observed == 'nominalQuota: "8"'
+    assert report.drifted_roles() == {"k8s_worker": ("kw2",), "kueue": ("kcp1",), "volcano": ("kcp1",)}
+
+
+def test_kubelet_stopped_on_a_worker(lab_plan):
+    kubelet = UnitState("kubelet.service", "active", "inactive", "dead", "enabled", "loaded", "k8s_worker")
+    report = compare(lab_plan, Observed(nodes=nodes_obs(kw2={"services": (kubelet,)})))
+    (f,) = report.findings
+    assert f.line == ("kw2: kubelet.service is inactive (dead), the plan has it running — `systemctl start "
+                      f"kubelet.service` on kw2, or {UP} re-applies role k8s_worker")
+    assert report.drifted_roles() == {"k8s_worker": ("kw2",)}
 
 
 def test_nfs_export_changed(lab_plan):

@@ -183,3 +183,69 @@ def test_no_log_change_after_the_free_strategys_task_banner():
         event = {**censored, "stdout": banner + line}
         changes = summarize_events([event]).changes
         assert [c.change for c in changes] == (["hidden"] if hidden else []), line
+
+
+# `kubectl diff --server-side` as k8s_control_plane's objects.yml runs it (exit 1: it would change).
+KUBECTL_DIFF = """\
+diff -u -N /tmp/LIVE-2231944130/kueue.x-k8s.io.v1beta2.ClusterQueue..gpu /tmp/MERGED-1101384447/kueue.x-k8s.io.v1beta2.ClusterQueue..gpu
+--- /tmp/LIVE-2231944130/kueue.x-k8s.io.v1beta2.ClusterQueue..gpu	2026-12-06 03:20:01.000000000 +0000
++++ /tmp/MERGED-1101384447/kueue.x-k8s.io.v1beta2.ClusterQueue..gpu	2026-12-06 03:20:01.000000000 +0000
+@@ -4,7 +4,7 @@
+   metadata:
+     creationTimestamp: "2026-12-06T03:05:12Z"
+-  generation: 2
++  generation: 3
+   name: gpu
+@@ -20,7 +20,7 @@
+       - name: nvidia.com/gpu
+-        nominalQuota: "8"
++        nominalQuota: "4"
+diff -u -N /tmp/LIVE-2231944130/topology.volcano.sh.v1alpha1.HyperNode..su2 /tmp/MERGED-1101384447/topology.volcano.sh.v1alpha1.HyperNode..su2
+--- /tmp/LIVE-2231944130/topology.volcano.sh.v1alpha1.HyperNode..su2	1970-01-01 00:00:00.000000000 +0000
++++ /tmp/MERGED-1101384447/topology.volcano.sh.v1alpha1.HyperNode..su2	2026-12-06 03:20:01.000000000 +0000
+@@ -0,0 +1,12 @@
++apiVersion: topology.volcano.sh/v1alpha1
++kind: HyperNode
++metadata:
++  name: su2
+diff -u -N /tmp/LIVE-2231944130/v1.Node..kw2 /tmp/MERGED-1101384447/v1.Node..kw2
+--- /tmp/LIVE-2231944130/v1.Node..kw2	2026-12-06 03:20:01.000000000 +0000
++++ /tmp/MERGED-1101384447/v1.Node..kw2	2026-12-06 03:20:01.000000000 +0000
+@@ -12,6 +12,7 @@
+     topology.railyard.dev/spine: spine
++    topology.railyard.dev/su: su2
+   name: kw2
+diff -u -N /tmp/LIVE-2231944130/kueue.x-k8s.io.v1beta2.LocalQueue.team-a.gpu /tmp/MERGED-1101384447/kueue.x-k8s.io.v1beta2.LocalQueue.team-a.gpu
+--- /tmp/LIVE-2231944130/kueue.x-k8s.io.v1beta2.LocalQueue.team-a.gpu	2026-12-06 03:20:01.000000000 +0000
++++ /tmp/MERGED-1101384447/kueue.x-k8s.io.v1beta2.LocalQueue.team-a.gpu	2026-12-06 03:20:01.000000000 +0000
+@@ -5,3 +5,3 @@
+-  generation: 4
++  generation: 5
+"""
+
+
+def test_kubectl_diff_names_each_object_and_what_differs():
+    """The objects check of kueue, volcano and k8s_worker: one change per object, named as
+    the kubernetes layer names it; the server's own counters (generation) are not drift."""
+    res = {"changed": True, "rc": 1, "stdout": KUBECTL_DIFF, "stderr": "", "msg": "non-zero return code"}
+    ev = {"event": "runner_on_ok", "event_data": {
+        "host": "kcp1", "play": "railyard: kueue", "role": "k8s_control_plane",
+        "task": "Diff against the apiserver the objects of kueue.yaml", "resolved_action": "ansible.builtin.command",
+        "res": res}}
+    s = summarize_events([ev])
+    assert [(c.change, c.path, c.plan_only, c.host_only, c.expected, c.observed) for c in s.changes] == [
+        ("object_modified", "ClusterQueue/gpu", 1, 1, ('nominalQuota: "4"',), ('nominalQuota: "8"',)),
+        ("object_created", "HyperNode/su2", 4, 0, (), ()),
+        ("object_modified", "Node/kw2", 1, 0, ("topology.railyard.dev/su: su2",), ()),
+    ]
+    assert {c.role for c in s.changes} == {"kueue"}
+
+
+def test_kubectl_diff_without_objects_stays_a_task_change():
+    """A namespace the manifest creates does not exist yet: no diff output, the task itself is the change."""
+    res = {"changed": True, "rc": 1, "stdout": "", "stderr": 'namespaces "team-a" not found', "msg": ""}
+    ev = {"event": "runner_on_ok", "event_data": {
+        "host": "kcp1", "play": "railyard: kueue", "task": "Diff against the apiserver the objects of kueue.yaml",
+        "resolved_action": "ansible.builtin.command", "res": res}}
+    (c,) = summarize_events([ev]).changes
+    assert (c.change, c.path) == ("task", "")
