@@ -42,6 +42,91 @@ def _cabled(spec: dict, extra: list[dict], spine: bool = True) -> None:
     explicit_fabric(spec, links + extra, spine)
 
 
+def _three_tier(spec: dict, leaves=(None, None), spine=None, core=None, domains=None, extra=()) -> None:
+    """An explicit leaf/spine/core fabric over the lab's SUs, with the group names given
+    (None: no group, the smallest switch name names it) and optional NVLink domains."""
+    switches = [
+        {"name": "leaf-a", "tier": "leaf", "radix": 16, "group": leaves[0]},
+        {"name": "leaf-b", "tier": "leaf", "radix": 16, "group": leaves[1]},
+        {"name": "spine-a", "tier": "spine", "radix": 16, "group": spine},
+        {"name": "core-a", "tier": "core", "radix": 16, "group": core},
+    ]
+    _cabled(spec, [{"a": "leaf-a", "b": "spine-a"}, {"a": "leaf-b", "b": "spine-a"},
+                   {"a": "spine-a", "b": "core-a"}, *extra])
+    spec["fabric"]["explicit"]["switches"] = [{k: v for k, v in sw.items() if v} for sw in switches]
+    if domains:
+        spec["fabric"]["explicit"]["nvlink"] = {"domains": [
+            {"name": domains[0], "nodes": "gpu[001-002],kw1"}, {"name": domains[1], "nodes": "gpu[003-004],kw2"}]}
+        spec["cluster"]["versions"]["slurm"] = "24.11"
+
+
+def _su_named(name: str, core: bool = False, nvlink: bool = False) -> Callable[[dict], None]:
+    def apply(spec: dict) -> None:
+        rail(spec)["scalable_units"][1]["name"] = name
+        if core:
+            rail(spec).update(core={"count": 1, "sus_per_group": 1}, leaf_radix=16)
+            rail(spec)["spines"]["radix"] = 16
+        if nvlink:
+            rail(spec)["nvlink"] = {"domain_nodes": 3}
+            spec["cluster"]["versions"]["slurm"] = "24.11"
+
+    return apply
+
+
+def _two_spine_groups(spec: dict) -> None:
+    """leaf-b is cabled to spines of two groups: the groups would be merged."""
+    _cabled(spec, [{"a": "leaf-a", "b": "spine-a"}, {"a": "leaf-b", "b": "spine-a"}, {"a": "leaf-b", "b": "spine-b"}])
+    spec["fabric"]["explicit"]["switches"][2]["group"] = "plane-a"
+    spec["fabric"]["explicit"]["switches"].append({"name": "spine-b", "tier": "spine", "radix": 16, "group": "plane-b"})
+
+
+SW = "fabric.explicit.switches"
+DOM = "fabric.explicit.nvlink.domains"
+# Group names are one namespace (Slurm switches/blocks, Volcano HyperNodes): every pair of
+# levels, user-chosen against user-chosen and against the names railyard makes up.
+NAME_CLASHES: list[tuple[str, Callable[[dict], None], str, str]] = [
+    ("name-su-vs-spine", lambda s: _three_tier(s, ("x", None), spine="x"), f"{SW}[2].group",
+     f"'x' names both the SU at {SW}[0].group and the spine group at {SW}[2].group"),
+    ("name-su-vs-core", lambda s: _three_tier(s, ("x", None), core="x"), f"{SW}[3].group",
+     f"'x' names both the SU at {SW}[0].group and the core group at {SW}[3].group"),
+    ("name-su-vs-nvlink", lambda s: _three_tier(s, ("x", None), domains=("x", "d2")), f"{DOM}[0].name",
+     f"'x' names both the SU at {SW}[0].group and the NVLink domain at {DOM}[0].name"),
+    ("name-spine-vs-core", lambda s: _three_tier(s, spine="x", core="x"), f"{SW}[3].group",
+     f"'x' names both the spine group at {SW}[2].group and the core group at {SW}[3].group"),
+    ("name-spine-vs-nvlink", lambda s: _three_tier(s, spine="x", domains=("d1", "x")), f"{DOM}[1].name",
+     f"'x' names both the spine group at {SW}[2].group and the NVLink domain at {DOM}[1].name"),
+    ("name-core-vs-nvlink", lambda s: _three_tier(s, core="x", domains=("x", "d2")), f"{DOM}[0].name",
+     f"'x' names both the core group at {SW}[3].group and the NVLink domain at {DOM}[0].name"),
+    ("name-su-vs-su", lambda s: _three_tier(s, ("x", "x")), f"{SW}[1].group",
+     f"'x' names both the SU at {SW}[0].group and the SU at {SW}[1].group"),
+    ("name-nvlink-vs-nvlink", lambda s: _three_tier(s, domains=("x", "x")), f"{DOM}[1].name",
+     f"'x' names both the NVLink domain at {DOM}[0].name and the NVLink domain at {DOM}[1].name"),
+    ("name-spine-vs-unnamed-su", lambda s: _three_tier(s, spine="leaf-a"), f"{SW}[2].group",
+     f"'leaf-a' names both the SU at {SW}[0].name and the spine group at {SW}[2].group"),
+    ("name-su-vs-generated-spine", _su_named("spine"), "fabric.rail_optimized.scalable_units[1].name",
+     "'spine' names both the SU at fabric.rail_optimized.scalable_units[1].name and the spine group railyard names 'spine'"),
+    ("name-su-vs-generated-pod", _su_named("pod1", core=True), "fabric.rail_optimized.scalable_units[1].name",
+     "and the spine group railyard names 'pod1'; every SU, spine group, pod, core group and NVLink domain"),
+    ("name-su-vs-generated-core", _su_named("core", core=True), "fabric.rail_optimized.scalable_units[1].name",
+     "and the core group railyard names 'core'"),
+    ("name-su-vs-generated-nvlink", _su_named("nvl1", nvlink=True), "fabric.rail_optimized.scalable_units[1].name",
+     "and the NVLink domain railyard names 'nvl1'"),
+    ("name-su-twice", _su_named("su1"), "fabric.rail_optimized.scalable_units[1].name",
+     "SU name 'su1' is already used by scalable_units[0]; give every SU its own name"),
+    ("node-under-two-leaf-groups", lambda s: _three_tier(s, ("rack-a", "rack-b"), extra=[{"a": "gpu001", "b": "leaf-b"}]),
+     f"{SW}[1].group", ("leaf switches leaf-a (group 'rack-a') and leaf-b (group 'rack-b') are one SU: "
+                        "node gpu001 is cabled to both; a node sits under exactly one SU")),
+    ("su-under-two-spine-groups", _two_spine_groups, f"{SW}[3].group",
+     "spine switches spine-a (group 'plane-a') and spine-b (group 'plane-b') are one spine group: SU leaf-b is cabled to both"),
+    ("nvlink-domain-off-fabric", lambda s: (_three_tier(s, domains=("d1", "d2")),
+                                            s["fabric"]["explicit"]["nvlink"]["domains"][0].update(nodes="gpu[001-002],kw1,ctl1")),
+     f"{DOM}[0].nodes", "ctl1 of NVLink domain d1 are on no fabric leaf"),
+    ("nvlink-domains-leave-nodes-out", lambda s: (_three_tier(s, domains=("d1", "d2")),
+                                                  s["fabric"]["explicit"]["nvlink"]["domains"].pop()),
+     "fabric.explicit.nvlink.domains", "gpu003, gpu004, kw2 are on the fabric but in no NVLink domain"),
+]
+
+
 def _set(path: str, value) -> Callable[[dict], None]:
     def apply(spec: dict) -> None:
         keys = path.split(".")
@@ -149,6 +234,7 @@ CASES: list[tuple[str, Callable[[dict], None], str, str]] = [
      "su groups leaf-b reach no spine switch"),
     ("explicit-unknown-endpoint", lambda s: _cabled(s, [{"a": "leaf-a", "b": "spine-x"}]), "fabric.explicit.links[6]",
      "'spine-x' is neither a node nor a switch"),
+    *NAME_CLASHES,
 ]
 
 

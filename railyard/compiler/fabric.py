@@ -26,6 +26,8 @@ from railyard.spec import Cluster, Explicit, RailOptimized
 TIERS = ("leaf", "spine", "core")
 # The name each tier's groups carry as a scheduler level (a label key, a HyperNode tier).
 LEVEL_OF_TIER = {"leaf": "su", "spine": "spine", "core": "core"}
+# What each level's groups are called in errors.
+LEVEL_WORDS = {"su": "SU", "spine": "spine group", "core": "core group", "nvlink": "NVLink domain"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +37,10 @@ class FabricSwitch:
     radix: int
     group: str | None
     radix_path: str  # spec path of the radix that limits this switch, for errors
+    # Spec paths where the user wrote this switch's group name and its own name (explicit
+    # fabrics, listed SUs); None where railyard made the name up (spine, pod1, core, su1).
+    group_path: str | None = None
+    name_path: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +95,17 @@ def _rail_optimized(
         step = spec.nodes_per_su
         sus = [(f"su{i // step + 1}", flat[i : i + step]) for i in range(0, len(flat), step)]
 
+    first: dict[str, int] = {}
+    for i, (su, _members) in enumerate(sus):
+        if su in first:
+            problems.append(
+                Problem(
+                    f"{base}.scalable_units[{i}].name",
+                    f"SU name '{su}' is already used by scalable_units[{first[su]}]; "
+                    "give every SU its own name",
+                )
+            )
+        first.setdefault(su, i)
     seen: dict[str, str] = {}
     for i, (su, members) in enumerate(sus):
         for name in members:
@@ -102,10 +119,14 @@ def _rail_optimized(
             seen.setdefault(name, su)
     switches: list[FabricSwitch] = []
     links: list[tuple[str, str, int]] = []
-    for su, members in sus:
+    listed = spec.scalable_units is not None
+    for i, (su, members) in enumerate(sus):
+        su_path = f"{base}.scalable_units[{i}].name" if listed else None
         for rail in range(spec.rails):
             leaf = f"{su}-rail{rail}"
-            switches.append(FabricSwitch(leaf, "leaf", spec.leaf_radix, su, f"{base}.leaf_radix"))
+            switches.append(
+                FabricSwitch(leaf, "leaf", spec.leaf_radix, su, f"{base}.leaf_radix", su_path)
+            )
             links.extend((node, leaf, 1) for node in members)
 
     spine_path = f"{base}.spines.radix"
@@ -160,7 +181,18 @@ def _explicit(
             )
             continue
         tier_of[sw.name] = sw.tier
-        switches.append(FabricSwitch(sw.name, sw.tier, sw.radix, sw.group, f"{base}.switches[{i}].radix"))
+        path = f"{base}.switches[{i}]"
+        switches.append(
+            FabricSwitch(
+                sw.name,
+                sw.tier,
+                sw.radix,
+                sw.group,
+                f"{path}.radix",
+                f"{path}.group" if sw.group else None,
+                f"{path}.name",
+            )
+        )
 
     order = {"node": 0, "leaf": 1, "spine": 2, "core": 3}
     links: list[tuple[str, str, int]] = []
@@ -254,11 +286,19 @@ def _check_ports(switches: list[FabricSwitch], links: list[tuple[str, str, int]]
 
 
 def _derive_groups(
-    switches: list[FabricSwitch], links: list[tuple[str, str, int]], problems: list[Problem], base: str
+    switches: list[FabricSwitch],
+    links: list[tuple[str, str, int]],
+    problems: list[Problem],
+    base: str,
+    origin: dict[tuple[str, str], list[str | None]],
 ) -> tuple[dict[str, list[Group]], dict[str, str]]:
-    """Groups per tier, and the group each switch belongs to."""
+    """Groups per tier, and the group each switch belongs to.
+
+    ``origin`` receives, per (level, group name), the spec paths where the user wrote that
+    name (None where railyard made it up), one per group: name clashes are reported there."""
     tier_of = {s.name: s.tier for s in switches}
     label = {s.name: s.group for s in switches}
+    by_name = {s.name: s for s in switches}
     up: dict[str, list[str]] = defaultdict(list)  # lower end -> upper switches
     for lo, hi, _ in links:
         up[lo].append(hi)
@@ -302,14 +342,18 @@ def _derive_groups(
             )
         level = LEVEL_OF_TIER[tier]
         tier_groups = []
-        used_names: set[str] = set()
         for root in sorted(comps, key=lambda r: _first_index(comps[r], switches)):
             members = comps[root]
-            labels = {label[m] for m in members if label[m]}
-            name = labels.pop() if len(labels) == 1 else min(members)
-            if name in used_names:
+            labels = sorted({label[m] for m in members if label[m]})
+            if len(labels) > 1:
+                problems.append(_merged(tier, members, labels, below, up, by_name))
+            if labels:
+                name = labels[0]
+                path = next(by_name[m].group_path for m in members if label[m] == name)
+            else:
                 name = min(members)
-            used_names.add(name)
+                path = by_name[name].name_path
+            origin.setdefault((level, name), []).append(path)
             for m in members:
                 group_of[m] = name
             tier_groups.append(
@@ -340,13 +384,92 @@ def _derive_groups(
     return groups, group_of
 
 
+def _merged(
+    tier: str,
+    members: list[str],
+    labels: list[str],
+    below: list[tuple[str, list[str], tuple[str, ...]]],
+    up: dict[str, list[str]],
+    by_name: dict[str, FabricSwitch],
+) -> Problem:
+    """Switches that carry two group names but are one group: refuse, never merge silently."""
+    mine = set(members)
+    first = {lab: next(m for m in members if by_name[m].group == lab) for lab in labels}
+    a, b = first[labels[0]], first[labels[1]]
+    witnesses = []
+    for name, lower, _nodes in below:
+        reached = {by_name[h].group for m in lower for h in up.get(m, ()) if h in mine}
+        if len(reached - {None}) > 1:
+            witnesses.append(name)
+    what = "node" if tier == "leaf" else LEVEL_WORDS[LEVEL_OF_TIER[TIERS[TIERS.index(tier) - 1]]]
+    level = LEVEL_WORDS[LEVEL_OF_TIER[tier]]
+    if witnesses:
+        many = len(witnesses) > 1
+        who = f"{what}{'s' if many else ''} {', '.join(witnesses[:3])}"
+        why = f"{who} {'are' if many else 'is'} cabled to both"
+        fix = f"cable {witnesses[0]} to {tier} switches of one group only"
+    else:
+        why = f"what is cabled below them joins them ({what}s reach switches of both)"
+        fix = "cable each group's members to switches of that group only"
+    return Problem(
+        by_name[b].group_path or by_name[b].name_path or "fabric",
+        f"{tier} switches {a} (group '{labels[0]}') and {b} (group '{labels[1]}') are one "
+        f"{level}: {why}; {'an' if what == 'SU' else 'a'} {what} sits under exactly one "
+        f"{level}, so {fix}, or give these switches one group name",
+    )
+
+
+def _unique_names(
+    groups: dict[str, list[Group]],
+    origin: dict[tuple[str, str], list[str | None]],
+    problems: list[Problem],
+) -> None:
+    """Every group name is one Slurm switch/block and one Volcano HyperNode: refuse a clash.
+
+    Slurm stops on a switch defined twice ("Switch ... has already been defined"), and an
+    SU named like the spine group above it would be a HyperNode that contains itself.
+    """
+    seen: dict[str, tuple[str, str | None]] = {}
+    for level in ("su", "spine", "core", "nvlink"):
+        paths = {key: list(value) for key, value in origin.items() if key[0] == level}
+        for g in groups.get(level, ()):
+            here = (level, (paths.get((level, g.name)) or [None]).pop(0))
+            if g.name not in seen:
+                seen[g.name] = here
+                continue
+            first = seen[g.name]
+            user = [at for at in (here, first) if at[1]]
+            fix = f"the {LEVEL_WORDS[user[0][0]]}" if len(user) == 1 else "one of them"
+            problems.append(
+                Problem(
+                    user[0][1] if user else "fabric",
+                    f"'{g.name}' names both {_describe(first, g.name)} and "
+                    f"{_describe(here, g.name)}; every SU, spine "
+                    "group, pod, core group and NVLink domain becomes a Slurm switch or block "
+                    "and a Volcano HyperNode of that name, so the names must differ: "
+                    f"rename {fix}",
+                )
+            )
+
+
+def _describe(at: tuple[str, str | None], name: str) -> str:
+    level, path = at
+    if path:
+        return f"the {LEVEL_WORDS[level]} at {path}"
+    return f"the {LEVEL_WORDS[level]} railyard names '{name}'"
+
+
 def _first_index(members: list[str], switches: list[FabricSwitch]) -> int:
     index = {s.name: i for i, s in enumerate(switches)}
     return min(index[m] for m in members)
 
 
 def _nvlink(
-    cluster: Cluster, sus: list[Group], nodes: dict[str, Node], problems: list[Problem]
+    cluster: Cluster,
+    sus: list[Group],
+    nodes: dict[str, Node],
+    problems: list[Problem],
+    origin: dict[tuple[str, str], list[str | None]],
 ) -> tuple[list[Group], tuple[int, ...]]:
     fab = cluster.fabric
     assert fab is not None
@@ -373,6 +496,7 @@ def _nvlink(
                 return [], ()
             for i in range(0, len(su.nodes), size):
                 domains.append(Group(f"nvl{len(domains) + 1}", "nvlink", su.nodes[i : i + size]))
+                origin.setdefault(("nvlink", domains[-1].name), []).append(None)
     elif spec.domains is not None:
         su_of = {n: su.name for su in sus for n in su.nodes}
         seen: dict[str, str] = {}
@@ -382,12 +506,38 @@ def _nvlink(
                 if n in seen:
                     problems.append(Problem(f"{base}.domains[{i}].nodes", f"{n} is also in NVLink domain {seen[n]}; a node is in one domain"))
                 seen[n] = dom.name
-            owners = {su_of.get(n) for n in members}
+            off = [n for n in members if n not in su_of]
+            if off:
+                problems.append(
+                    Problem(
+                        f"{base}.domains[{i}].nodes",
+                        f"{', '.join(off[:5])} of NVLink domain {dom.name} are on no fabric leaf; "
+                        "cable them or take them out of the domain",
+                    )
+                )
+            owners = sorted({su_of[n] for n in members if n in su_of})
             if len(owners) > 1:
                 problems.append(
-                    Problem(f"{base}.domains[{i}].nodes", f"NVLink domain {dom.name} spans SUs {', '.join(sorted(map(str, owners)))}; a domain must sit inside one SU")
+                    Problem(
+                        f"{base}.domains[{i}].nodes",
+                        f"NVLink domain {dom.name} spans SUs {', '.join(owners)}; "
+                        "a domain must sit inside one SU",
+                    )
                 )
             domains.append(Group(dom.name, "nvlink", tuple(members)))
+            origin.setdefault(("nvlink", dom.name), []).append(f"{base}.domains[{i}].name")
+        outside = [n for n in su_of if n not in seen]
+        if outside:
+            problems.append(
+                Problem(
+                    f"{base}.domains",
+                    f"{', '.join(outside[:5])}{' and more' if len(outside) > 5 else ''} are on the "
+                    "fabric but in no NVLink domain; with domains, every fabric node sits in "
+                    "exactly one (a node outside every domain would have no NVLink label for "
+                    "Kueue and sit in no HyperNode for Volcano): add them to a domain (a "
+                    f"one-node domain is fine) or drop {base}",
+                )
+            )
         size = max((len(d.nodes) for d in domains), default=1)
     else:
         problems.append(Problem(base, "give 'domain_nodes' (rail-optimized) or 'domains' (explicit)"))
@@ -429,11 +579,13 @@ def build_fabric(cluster: Cluster, nodes: list[Node]) -> tuple[Fabric | None, li
         switches, links = _explicit(fab.explicit, by_name, problems)
         base = "fabric.explicit"
     _check_ports(switches, links, problems)
-    groups, _group_of = _derive_groups(switches, links, problems, base)
+    origin: dict[tuple[str, str], list[str | None]] = {}
+    groups, _group_of = _derive_groups(switches, links, problems, base, origin)
     sus = groups.get("su", [])
-    domains, block_sizes = _nvlink(cluster, sus, by_name, problems)
+    domains, block_sizes = _nvlink(cluster, sus, by_name, problems, origin)
     if domains:
         groups["nvlink"] = domains
+    _unique_names(groups, origin, problems)
     levels = tuple(reversed([lvl for lvl in ("su", "spine", "core") if lvl in groups]))
     if domains:
         levels += ("nvlink",)
