@@ -2,7 +2,8 @@
 
 Hosts are reached with testinfra's podman backend (``podman exec``), which is much faster
 than going through ``ansible`` for every command.  Expectations come from the molecule
-render of the lab plan (plan.json), never from literals here.
+render of the lab plan (plan.json); the SUs a placement must stay in come from the spec
+YAML itself (the variant's dict), never from the compiled plan.
 """
 
 from __future__ import annotations
@@ -154,23 +155,83 @@ def _job_done(job: str) -> dict[str, str]:
     return wait_for(check, timeout=60)
 
 
-def test_switches_one_lands_inside_one_su():
-    sus = {
-        sw["name"]: frozenset(NodeSet(sw["nodes"]))
-        for sw in PLAN["slurm"]["switches"]
-        if sw.get("nodes")
-    }
-    job = (
-        run_ok(LOGIN, "sbatch --parsable --switches=1 -N2 -o /dev/null --wrap hostname")
-        .strip()
-        .split(";")[0]
-    )
-    fields = _job_done(job)
-    assert fields.get("JobState") == "COMPLETED", fields
-    nodes = frozenset(NodeSet(fields["NodeList"]))
-    assert len(nodes) == 2
-    assert any(nodes <= members for members in sus.values()), f"{nodes} spans SUs {sus}"
-    assert fields.get("Switches", "").startswith("1"), fields
+# The SUs as the spec YAML writes them (the variant's dict, never the compiled plan): in
+# the lab su1 = gpu[001-002], su2 = gpu[003-004] (inventories/lab/cluster.yaml).
+SPEC_SUS = {
+    su["name"]: frozenset(NodeSet(su["nodes"])) & frozenset(COMPUTE)
+    for su in support.VARIANTS[VARIANT]()["fabric"]["rail_optimized"]["scalable_units"]
+}
+
+
+def _job(job: str) -> dict[str, str]:
+    return dict(re.findall(r"(\w+)=(\S+)", host(LOGIN).run(f"scontrol show job {job}").stdout))
+
+
+def _sbatch(args: str) -> str:
+    return run_ok(LOGIN, f"sbatch --parsable -o /dev/null {args}").strip().split(";")[0]
+
+
+def test_switches_one_waits_for_one_su_where_the_control_spans_two():
+    """`--switches=1` is what keeps a job inside one SU: with one node free in su1 and one
+    in su2 (the rest of su1 drained, the rest of su2 busy), a plain -N2 job runs at once on
+    the cross-SU pair (CONTROL), while the same job with --switches=1@5:00 stays pending
+    next to that idle pair and runs on su2 once su2's busy node frees.  Slurm's tree
+    plugin picks a fitting leaf by itself, so an idle cluster could not tell them apart."""
+    sus = sorted((name, sorted(nodes)) for name, nodes in SPEC_SUS.items() if len(nodes) >= 2)
+    assert len(sus) >= 2, SPEC_SUS
+    (su_a, in_a), (su_b, in_b) = sus[0], sus[1]
+    a1, (b1, b2) = in_a[0], in_b[:2]
+    drained = NodeSet.fromlist(sorted(set(COMPUTE) - {a1, b1, b2}))
+    blocker = switched = None
+    try:
+        blocker = _sbatch(f"--exclusive -w {b2} --wrap 'sleep 300'")
+        if drained:
+            run_ok(
+                LOGIN,
+                f"scontrol update nodename={drained} state=drain reason=railyard-switches-test",
+            )
+        busy = wait_for(
+            lambda: ((f := _job(blocker)).get("JobState") == "RUNNING", f), timeout=30, every=0.5
+        )
+        assert busy.get("JobState") == "RUNNING", busy
+
+        control = _job_done(_sbatch("-N2 --wrap hostname"))
+        placed = frozenset(NodeSet(control["NodeList"]))
+        print(
+            f"\nCONTROL -N2 without --switches ({drained} drained, {b2} busy): ran on {control['NodeList']}"
+        )
+        assert control.get("JobState") == "COMPLETED", control
+        assert placed == {a1, b1}, (
+            f"expected the cross-SU pair {a1} ({su_a}) + {b1} ({su_b}): {control}"
+        )
+
+        switched = _sbatch("-N2 --switches=1@05:00 --wrap hostname")
+        time.sleep(5)  # submission and job end each ran the scheduler; it had its chances
+        pending = _job(switched)
+        idle = run_ok(LOGIN, f"sinfo -h -N -n {a1},{b1} -o '%N %t'").split()
+        print(
+            f"--switches=1@05:00 with {a1},{b1} idle ({idle}): JobState={pending.get('JobState')} "
+            f"Reason={pending.get('Reason')} Switches={pending.get('Switches')}"
+        )
+        assert pending.get("JobState") == "PENDING", pending
+        # idle; "plnd" is idle too: backfill has planned the pending job (22.05's PLANNED)
+        assert idle[::2] == [a1, b1] and set(idle[1::2]) <= {"idle", "plnd"}, idle
+        assert pending.get("Switches", "").startswith("1@"), pending
+
+        t0 = time.monotonic()
+        run_ok(LOGIN, f"scancel {blocker}")
+        done = _job_done(switched)
+        print(
+            f"after {b2} freed: ran on {done.get('NodeList')} ({time.monotonic() - t0:.1f} s later)"
+        )
+        assert done.get("JobState") == "COMPLETED", done
+        assert frozenset(NodeSet(done["NodeList"])) == {b1, b2}, f"expected {su_b} only: {done}"
+    finally:
+        for job in (blocker, switched):
+            if job:
+                host(LOGIN).run(f"scancel {job}")
+        if drained:
+            host(LOGIN).run(f"scontrol update nodename={drained} state=resume")
 
 
 def test_gres_two_standin_gpus():
