@@ -13,8 +13,10 @@ RAILYARD_MOLECULE_NETWORK, RAILYARD_MOLECULE_NET, RAILYARD_MOLECULE_STATE and po
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -23,6 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support import inner_report
 from tests.support import molecule as support
 
 ROOT = support.ROOT
@@ -30,6 +33,7 @@ SCENARIOS = support.scenarios()
 VENV_BIN = Path(sys.executable).parent
 TAIL = 120  # lines of molecule output shown on failure
 TIMEOUT = int(os.environ.get("RAILYARD_MOLECULE_TIMEOUT", "1200"))
+DESTROY_TIMEOUT = 300  # `molecule destroy` after a timed-out run
 
 
 def _base() -> dict:
@@ -86,30 +90,75 @@ def _skip_reason() -> str | None:
     return support.podman_available()
 
 
+def _kill(proc: subprocess.Popen, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
+
+
+def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) -> tuple[int | str, str]:
+    """(exit code or "timeout after Ns", output). On timeout the whole process group goes
+    (molecule's ansible and pytest children too), so their pipes close and this returns."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        return proc.returncode, out
+    except subprocess.TimeoutExpired:
+        _kill(proc, signal.SIGTERM)
+        try:
+            out, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            _kill(proc, signal.SIGKILL)
+            out, _ = proc.communicate()
+        return f"timeout after {timeout:.0f}s", out
+    finally:
+        if proc.poll() is None:  # interrupted (pytest-timeout, ^C): leave nothing running
+            _kill(proc, signal.SIGKILL)
+            proc.wait()
+
+
+def _runs_verify(scenario) -> bool:
+    sequence = (scenario.config().get("scenario", {}).get("test_sequence")
+                or _base()["scenario"]["test_sequence"])
+    return "verify" in sequence
+
+
 @pytest.mark.podman
+# Above the molecule run's own limit plus the destroy after it, so that path still reports.
+@pytest.mark.timeout(TIMEOUT + DESTROY_TIMEOUT + 120)
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.id)
-def test_molecule(scenario):
+def test_molecule(scenario, subtests, request, tmp_path):
+    """`molecule test`, then every verifier check as a subtest (see tests.support.inner_report):
+    inner skips show in -ra with their reasons; a required check that skipped fails."""
     reason = _skip_reason()
     if reason:
         print(f"SKIP {scenario.id}: {reason}")
         pytest.skip(reason)
+    report_path = tmp_path / "inner-report.jsonl"
     env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-           "ANSIBLE_FORCE_COLOR": "0", "PY_COLORS": "0", "NO_COLOR": "1"}
+           "ANSIBLE_FORCE_COLOR": "0", "PY_COLORS": "0", "NO_COLOR": "1",
+           inner_report.ENV: str(report_path)}
+    molecule = str(VENV_BIN / "molecule")
     start = time.monotonic()
     try:
-        proc = subprocess.run(
-            [str(VENV_BIN / "molecule"), "test", "-s", scenario.name],
-            cwd=scenario.cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT, check=False)
-        out, rc = proc.stdout + proc.stderr, proc.returncode
-    except subprocess.TimeoutExpired as exc:
-        out = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        rc = f"timeout after {TIMEOUT}s"
-        subprocess.run([str(VENV_BIN / "molecule"), "destroy", "-s", scenario.name],
-                       cwd=scenario.cwd, env=env, capture_output=True, check=False)
+        rc, out = _run([molecule, "test", "-s", scenario.name], scenario.cwd, env, TIMEOUT)
+        if isinstance(rc, str):  # timed out: its containers are still there
+            _run([molecule, "destroy", "-s", scenario.name], scenario.cwd, env, DESTROY_TIMEOUT)
     finally:
         support.clean()
     took = time.monotonic() - start
-    print(f"{scenario.id}: molecule test took {took:.0f}s")
+    inner = inner_report.load(report_path)
+    print(f"{scenario.id}: molecule test took {took:.0f}s; verifier: "
+          + (inner.summary() if inner else "no report"))
+    problems = inner_report.judge(inner, verify_ran=rc == 0 and _runs_verify(scenario),
+                                  where=str(report_path))
+    if inner is not None:
+        inner_report.show_skipped_subtests(request.config)
+        inner_report.to_subtests(subtests, inner)
     if rc != 0:
         tail = "\n".join(out.splitlines()[-TAIL:])
-        pytest.fail(f"molecule test -s {scenario.name} in {scenario.cwd} failed ({rc}):\n{tail}")
+        pytest.fail(f"molecule test -s {scenario.name} in {scenario.cwd} failed ({rc})"
+                    + "".join(f"\n- {p}" for p in problems) + f"\n{tail}")
+    if problems:
+        pytest.fail(f"{scenario.id}: the verifier's results fail the scenario:"
+                    + "".join(f"\n- {p}" for p in problems), pytrace=False)
