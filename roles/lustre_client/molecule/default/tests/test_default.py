@@ -60,6 +60,7 @@ def test_unit_verifies(host, unit):
     assert "0 errors" in got.stdout + got.stderr
 
 
+@pytest.mark.may_skip("Debian ships no Lustre client and the lab's source is unreachable here")
 def test_client_installed(host):
     if not host.file("/sbin/mount.lustre").exists:
         pytest.skip(
@@ -74,6 +75,7 @@ def test_client_installed(host):
     assert host.run("lctl --version").rc == 0
 
 
+@pytest.mark.may_skip("containers share the host kernel, which may have no Lustre module")
 @pytest.mark.parametrize("unit", sorted(UNITS))
 def test_mounted(host, unit):
     if "lustre" not in host.file("/proc/filesystems").content_string.split():
