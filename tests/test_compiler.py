@@ -275,3 +275,27 @@ def test_slurm_topology_and_kubernetes_labels_name_the_same_groups(lab_plan):
     for su in plan.fabric.groups["su"]:
         assert slurm.get(su.name, set()) | labelled.get(su.name, set()) == set(su.nodes), su.name
     assert set(labelled) <= set(slurm)
+
+
+def test_slurm_hostlists_keep_ranges_at_the_end_of_names():
+    """slurmctld 22.05 refuses ``Switches=lf[3-4]-0`` ("fatal: Invalid switches"); found by
+    tests/test_fabric_properties.py. Names that differ before their end are written out."""
+    from railyard.compiler.slurm import fold
+
+    assert fold(["lf3-0", "lf4-0"]) == "lf3-0,lf4-0"
+    assert fold(["a1-0", "a1-1", "a2-0", "spine"]) == "a1-[0-1],a2-0,spine"
+    assert fold(["gpu001", "gpu002", "gpu004", "kw1"]) == "gpu[001-002,004],kw1"
+
+
+def test_explicit_unnamed_groups_are_listed_so_slurm_reads_them(lab):
+    nodes = {"1": ["gpu001", "gpu002", "kw1"], "2": ["gpu003", "gpu004", "kw2"]}
+    switches = [{"name": f"lf{g}-0", "tier": "leaf", "radix": 8} for g in "12"]
+    switches.append({"name": "sp1-1", "tier": "spine", "radix": 8})
+    links = [{"a": n, "b": f"lf{g}-0"} for g in "12" for n in nodes[g]]
+    links += [{"a": f"lf{g}-0", "b": "sp1-1"} for g in "12"]
+    for group in lab["nodes"]:
+        if group["group"] in ("gpu", "kw"):
+            group["hardware"]["nics"] = 1
+    lab["fabric"] = {"link_speed": "400G", "explicit": {"switches": switches, "links": links}}
+    plan = loads_plan(yaml.safe_dump(lab))
+    assert plan.slurm.switches[-1].switches == "lf1-0,lf2-0"

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from railyard.compiler.fabric import Fabric
 from railyard.compiler.nodes import Node
-from railyard.hostlist import expand, fold
+from railyard.hostlist import expand
+from railyard.hostlist import fold as _fold
 from railyard.spec import Cluster, Gpus, Hardware, Slurm, version_at_least
 
 
@@ -71,6 +74,30 @@ class SlurmPlan:
     block_sizes: tuple[int, ...]
     yaml_default: str | None  # topology.yaml: which topology is the cluster default
     settings: Slurm
+
+
+_TRAILING_NUMBER = re.compile(r"^(.*?)(\d+)$")
+_RANGE_INSIDE = re.compile(r"\][^,]")  # a range with more of the name after it
+
+
+def fold(names: Iterable[str]) -> str:
+    """A hostlist slurmctld reads back. Slurm (22.05 checked) only takes a range at the end
+    of a name: ClusterShell folds lf3-0,lf4-0 into ``lf[3-4]-0``, which slurmctld refuses
+    ("fatal: Invalid switches: lf[3-4]-0"). Then only names that differ in their trailing
+    number are folded together; every other name is written out."""
+    names = list(names)
+    folded = _fold(names)
+    if not _RANGE_INSIDE.search(folded):
+        return folded
+    by_prefix: dict[str, list[str]] = {}
+    single: list[str] = []
+    for name in names:
+        m = _TRAILING_NUMBER.match(name)
+        if m is None:
+            single.append(name)
+        else:
+            by_prefix.setdefault(m.group(1), []).append(name)
+    return ",".join(sorted([_fold(group) for group in by_prefix.values()] + single))
 
 
 def gpu_devices(gpus: Gpus) -> str:
