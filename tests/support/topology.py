@@ -27,6 +27,8 @@ from railyard.drift.slurm import parse_topology
 Topology = dict[str, tuple[int, frozenset[str], frozenset[str]]]
 # level -> group name -> (every node under it, the groups one level down; empty for leaves)
 Groups = dict[str, dict[str, tuple[frozenset[str], frozenset[str]]]]
+# The same as lists, in order, so a name given twice is still seen twice.
+Listed = dict[str, list[tuple[str, frozenset[str], frozenset[str]]]]
 
 LEVELS_TOP_DOWN = ("core", "spine", "su", "nvlink")
 TIER_LEVEL = {"leaf": "su", "spine": "spine", "core": "core"}
@@ -55,6 +57,18 @@ def _top_level_parts(text: str) -> list[str]:
 
 def fabric_groups(spec: dict[str, Any]) -> Groups:
     """Every fabric group per level (su, spine, core, nvlink), with all its nodes."""
+    return {
+        lvl: {name: (nodes, kids) for name, nodes, kids in gs} for lvl, gs in _listed(spec).items()
+    }
+
+
+def group_names(spec: dict[str, Any]) -> list[str]:
+    """The name of every group at every level, repeats kept: each must be unique, since each
+    is one Slurm switch or block and one Volcano HyperNode."""
+    return [name for gs in _listed(spec).values() for name, _, _ in gs]
+
+
+def _listed(spec: dict[str, Any]) -> Listed:
     fabric = spec.get("fabric")
     if not fabric:
         return {}
@@ -64,38 +78,40 @@ def fabric_groups(spec: dict[str, Any]) -> Groups:
     if nvlink.get("domain_nodes"):
         size = nvlink["domain_nodes"]
         doms = [m[i : i + size] for m in su_members for i in range(0, len(m), size)]
-        groups["nvlink"] = {f"nvl{i}": (frozenset(d), frozenset()) for i, d in enumerate(doms, 1)}
+        groups["nvlink"] = [(f"nvl{i}", frozenset(d), frozenset()) for i, d in enumerate(doms, 1)]
     elif nvlink.get("domains"):
-        groups["nvlink"] = {
-            d["name"]: (frozenset(names(d["nodes"])), frozenset()) for d in nvlink["domains"]
-        }
+        groups["nvlink"] = [
+            (d["name"], frozenset(names(d["nodes"])), frozenset()) for d in nvlink["domains"]
+        ]
     return groups
 
 
-def _rail_optimized(ro: dict[str, Any]) -> tuple[Groups, list[list[str]]]:
+def _rail_optimized(ro: dict[str, Any]) -> tuple[Listed, list[list[str]]]:
     """The groups, and each SU's nodes in the order written."""
     if ro.get("scalable_units"):
         sus = [(su["name"], names(su["nodes"])) for su in ro["scalable_units"]]
     else:
         flat, k = names(ro["nodes"]), ro["nodes_per_su"]
         sus = [(f"su{i // k + 1}", flat[i : i + k]) for i in range(0, len(flat), k)]
-    groups: Groups = {"su": {name: (frozenset(m), frozenset()) for name, m in sus}}
+    groups: Listed = {"su": [(name, frozenset(m), frozenset()) for name, m in sus]}
     everything = frozenset(n for _, m in sus for n in m)
     core = ro.get("core")
     if core is None:
-        groups["spine"] = {"spine": (everything, frozenset(name for name, _ in sus))}
+        groups["spine"] = [("spine", everything, frozenset(name for name, _ in sus))]
     else:
         per = core["sus_per_group"]
         pods = [sus[i : i + per] for i in range(0, len(sus), per)]
-        groups["spine"] = {
-            f"pod{j}": (frozenset(n for _, m in pod for n in m), frozenset(name for name, _ in pod))
+        groups["spine"] = [
+            (f"pod{j}", frozenset(n for _, m in pod for n in m), frozenset(name for name, _ in pod))
             for j, pod in enumerate(pods, 1)
-        }
-        groups["core"] = {"core": (everything, frozenset(groups["spine"]))}
+        ]
+        groups["core"] = [
+            ("core", everything, frozenset(f"pod{j}" for j in range(1, len(pods) + 1)))
+        ]
     return groups, [m for _, m in sus]
 
 
-def _explicit(ex: dict[str, Any]) -> tuple[Groups, list[list[str]]]:
+def _explicit(ex: dict[str, Any]) -> tuple[Listed, list[list[str]]]:
     """The groups, and each leaf group's nodes in the order the links first name them."""
     tier = {s["name"]: s["tier"] for s in ex["switches"]}
     label = {s["name"]: s.get("group") for s in ex["switches"]}
@@ -106,7 +122,7 @@ def _explicit(ex: dict[str, Any]) -> tuple[Groups, list[list[str]]]:
         up.setdefault(lo, set()).add(hi)
     # The units one level down: name -> (the nodes or switches it is made of, its nodes).
     units = {n: ({n}, [n]) for n in up if n not in tier}
-    groups: Groups = {}
+    groups: Listed = {}
     su_members: list[list[str]] = []
     for t in ("leaf", "spine", "core"):
         here = [s for s in tier if tier[s] == t]
@@ -122,7 +138,7 @@ def _explicit(ex: dict[str, Any]) -> tuple[Groups, list[list[str]]]:
             for h in above[1:]:
                 root[_find(root, h)] = _find(root, above[0])
         level, new_units = TIER_LEVEL[t], {}
-        groups[level] = {}
+        groups[level] = []
         for r in dict.fromkeys(_find(root, s) for s in here):
             members = {s for s in here if _find(root, s) == r}
             labels = {label[s] for s in members if label[s]}
@@ -130,10 +146,8 @@ def _explicit(ex: dict[str, Any]) -> tuple[Groups, list[list[str]]]:
             name = labels.pop() if labels else min(members)
             kids = [u for u in units if any(_find(root, h) == r for h in reach[u])]
             nodes = [n for k in kids for n in units[k][1]]
-            groups[level][name] = (
-                frozenset(nodes),
-                frozenset(kids) if t != "leaf" else frozenset(),
-            )
+            kids_ = frozenset(kids) if t != "leaf" else frozenset()
+            groups[level].append((name, frozenset(nodes), kids_))
             new_units[name] = (members, nodes)
             if t == "leaf":
                 su_members.append(nodes)
