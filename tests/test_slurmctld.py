@@ -6,11 +6,13 @@ never read from the compiled plan: a compiler bug must not become its own expect
 
 from __future__ import annotations
 
+import copy
 import sys
 
 import pytest
 import yaml
 
+from railyard.errors import SpecError
 from railyard.hostlist import expand
 from railyard.render import render, write
 from railyard.spec import loads_plan
@@ -95,3 +97,19 @@ def test_a_hand_broken_topology_is_refused(lab_plan, tmp_path):
     host = SlurmHost(conf)
     message = host.expect_fatal()
     assert "invalid child" in message
+
+
+def test_an_su_named_like_the_spine_group_is_refused_before_slurmctld_sees_it(lab_dict, lab_plan, tmp_path):
+    """What railyard wrote before it refused such names: slurmctld stops on it. The compiler
+    now refuses the spec at the SU's YAML path instead."""
+    conf = _render(lab_plan, tmp_path)
+    (conf / "topology.conf").write_text(
+        "SwitchName=su1 Nodes=gpu[001-002]\nSwitchName=spine Nodes=gpu[003-004]\n"
+        "SwitchName=spine Switches=spine,su1\n"
+    )
+    assert "Switch (spine) has already been defined" in SlurmHost(conf).expect_fatal()
+    spec = copy.deepcopy(lab_dict)
+    spec["fabric"]["rail_optimized"]["scalable_units"][1]["name"] = "spine"
+    with pytest.raises(SpecError) as info:
+        loads_plan(yaml.safe_dump(spec))
+    assert [p.path for p in info.value.problems] == ["fabric.rail_optimized.scalable_units[1].name"]
