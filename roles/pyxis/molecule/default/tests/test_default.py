@@ -1,6 +1,9 @@
-"""Pyxis on a login node: plugstack wiring, the rendered pyxis.conf, that srun really loads
-it, and how an unreachable package source fails. The lab has no Pyxis package (NVIDIA ships
-none; it is built per Slurm release), so the plugin itself is not tested here."""
+"""Pyxis on a compute node: the package the lab builds from the vendored release archive
+(scripts/build-vendor.sh), plugstack wiring, the rendered pyxis.conf active, that srun
+really loads the plugin, what a missing `required` plugin does to srun (why the role keeps
+pyxis.conf inactive without it), and how an unreachable package source fails.
+
+Every check here is required (none may skip): the lab's package source must exist."""
 
 from __future__ import annotations
 
@@ -23,6 +26,15 @@ LOAD_LINE = next(
     i for i, line in enumerate(_LINES, 1) if line.split()[:1] in (["required"], ["optional"])
 )
 PLUGIN = _LINES[LOAD_LINE - 1].split()[1]
+# The options Pyxis 0.24 adds to srun (pyxis args.c).
+PYXIS_OPTIONS = [
+    "--container-image",
+    "--container-mounts",
+    "--container-workdir",
+    "--container-name",
+    "--container-writable",
+    "--container-remap-root",
+]
 
 # testinfra's podman backend: a `podman exec` per check instead of an Ansible run (~1.5 s).
 testinfra_hosts = [
@@ -33,42 +45,51 @@ testinfra_hosts = [
 ]
 
 
+def test_package_installed_from_the_lab_source(host):
+    """The .deb the spec names, installed with its dependency enroot (the enroot role ran
+    first, as in the deploy)."""
+    deb = Path(LAB_SOURCE["path"]).name
+    pkg = host.package("nvslurm-plugin-pyxis")
+    assert pkg.is_installed and pkg.version == "0.24.0-1"
+    assert host.package("enroot").is_installed
+    assert host.file(f"/var/cache/railyard/packages/{deb}").exists
+    plugin = host.file(PLUGIN)
+    assert plugin.is_file and plugin.user == "root"
+    assert PLUGIN in host.run("dpkg -L nvslurm-plugin-pyxis").stdout.splitlines()
+
+
 def test_plugstack_includes_conf_d(host):
     plugstack = host.file("/etc/slurm/plugstack.conf")
     assert f"include {CONF_D}/*.conf" in plugstack.content_string.splitlines()
 
 
-def test_pyxis_conf_is_the_rendered_one(host):
-    """Active where the plugin is, inactive (outside the include glob) where it is not."""
+def test_pyxis_conf_is_the_rendered_one_and_active(host):
     active = host.file(f"{CONF_D}/pyxis.conf")
-    inactive = host.file(f"{CONF_D}/pyxis.conf.inactive")
-    installed = active if host.file(PLUGIN).exists else inactive
-    other = inactive if installed is active else active
-    assert installed.exists and installed.mode == 0o644 and installed.user == "root"
-    assert installed.sha256sum == sha256(RENDERED)
-    assert not other.exists
+    assert active.exists and active.mode == 0o644 and active.user == "root"
+    assert active.sha256sum == sha256(RENDERED)
+    assert not host.file(f"{CONF_D}/pyxis.conf.inactive").exists
 
 
-def test_srun_works_without_the_plugin(host):
-    """With pyxis.conf inactive, srun is not broken by the missing `required` plugin."""
-    if host.file(PLUGIN).exists:
-        pytest.skip(f"{PLUGIN} is installed: pyxis.conf is active")
+def test_srun_loads_pyxis(host):
+    """srun reads plugstack.conf, follows the include, loads the `required` plugin (built
+    against this Slurm: no "Incompatible plugin version") and offers its options."""
     got = host.run("srun --help")
     assert got.rc == 0, got.stderr
-    assert "spank" not in got.stderr
+    assert "spank" not in got.stderr and "Incompatible" not in got.stderr, got.stderr
+    missing = [opt for opt in PYXIS_OPTIONS if opt not in got.stdout]
+    assert not missing, f"srun --help lacks {missing}:\n{got.stdout}"
 
 
-def test_srun_loads_the_plugstack(host):
-    """Activate the rendered pyxis.conf with its plugin missing: srun must read plugstack.conf,
-    follow the include into plugstack.conf.d, try to load the plugin the file names, and, as it
-    is `required`, abort. These are Slurm 22.05's messages."""
-    if host.file(PLUGIN).exists:
-        pytest.skip(f"{PLUGIN} is installed: see test_pyxis_options")
-    assert host.run(f"mv {CONF_D}/pyxis.conf.inactive {CONF_D}/pyxis.conf").rc == 0
+def test_missing_required_plugin_aborts_srun(host):
+    """Why the role installs pyxis.conf inactive where its plugin is absent: with the plugin
+    moved aside, the active rendered file (`required`) makes srun abort. These are Slurm
+    22.05's messages; the plugin is put back whatever happens."""
+    aside = f"{PLUGIN}.railyard-aside"
+    assert host.run(f"mv {PLUGIN} {aside}").rc == 0
     try:
         got = host.run("srun --help")
     finally:
-        assert host.run(f"mv {CONF_D}/pyxis.conf {CONF_D}/pyxis.conf.inactive").rc == 0
+        assert host.run(f"mv {aside} {PLUGIN}").rc == 0
     assert got.rc != 0, "a missing `required` SPANK plugin must make srun fail"
     lines = got.stderr.splitlines()
     assert f"srun: error: spank: {PLUGIN}: Dlopen of plugin file failed" in lines
@@ -77,29 +98,49 @@ def test_srun_loads_the_plugstack(host):
         f"Failed to load plugin {PLUGIN}. Aborting."
     ) in lines
     assert "srun: error: Plug-in initialization failed" in lines
+    assert host.run("srun --help").rc == 0, "srun must work again with the plugin back"
 
 
-def test_pyxis_options(host):
-    if not host.file(PLUGIN).exists:
-        pytest.skip(
-            f"{PLUGIN} is not installed: the lab's package source {LAB_SOURCE} is unreachable "
-            "here (NVIDIA ships no Pyxis package); plugstack wiring is verified instead"
-        )
+def test_role_deactivates_and_reactivates_pyxis_conf(host):
+    """The lab-only fallback (pyxis_package_required: false): with the plugin absent the role
+    moves the rendered file to pyxis.conf.inactive and srun works without Pyxis; with the
+    plugin back, a run activates it again."""
+    aside = f"{PLUGIN}.railyard-aside"
+    lab_only = {"pyxis_package": None, "pyxis_package_required": False}
+    assert host.run(f"mv {PLUGIN} {aside}").rc == 0
+    try:
+        off = run_role("pyxis", lab_only, "pyxis_configure", check=False)
+        inactive = host.file(f"{CONF_D}/pyxis.conf.inactive")
+        # host.file is lazy: read the state now, before the finally below changes it.
+        inactive_sha = inactive.sha256sum if inactive.exists else None
+        active_gone = not host.file(f"{CONF_D}/pyxis.conf").exists
+        plain = host.run("srun --help")
+    finally:
+        assert host.run(f"mv {aside} {PLUGIN}").rc == 0
+        on = run_role("pyxis", lab_only, "pyxis_configure", check=False)
+    assert off["rc"] == 0, off
+    assert inactive_sha == sha256(RENDERED) and active_gone
+    assert plain.rc == 0 and "spank" not in plain.stderr, plain.stderr
+    assert on["rc"] == 0, on
+    assert host.file(f"{CONF_D}/pyxis.conf").sha256sum == sha256(RENDERED)
+    assert not host.file(f"{CONF_D}/pyxis.conf.inactive").exists
     assert "--container-image" in host.run("srun --help").stdout
 
 
 UNREACHABLE = {
-    "path": LAB_SOURCE.get("path")
-    or "/var/cache/railyard/packages/nvslurm-plugin-pyxis_0.24.0-1_amd64.deb",
-    "apt": "nvslurm-plugin-pyxis",
+    # The lab's file name in a directory that does not exist: the lab's own path is built by
+    # scripts/build-vendor.sh, so it is reachable here.
+    "path": str(Path("/nonexistent/railyard") / Path(LAB_SOURCE["path"]).name),
+    # Not NVIDIA's name (nvslurm-plugin-pyxis): converge installed that, and apt-cache show
+    # finds installed packages, so the node "has" it. A name no repository has.
+    "apt": "nvslurm-plugin-pyxis-railyard-absent",
 }
 
 
 @pytest.mark.parametrize("kind", sorted(UNREACHABLE))
 def test_unreachable_source_fails_clearly(kind):
     value = UNREACHABLE[kind]
-    if kind == "path" and Path(value).exists():
-        pytest.skip(f"{value} exists on this controller: that source is reachable")
+    assert not (kind == "path" and Path(value).exists()), f"{value} must not exist"
     got = run_role(
         "pyxis", {"pyxis_package": {kind: value}, "pyxis_package_required": True}, "pyxis_install"
     )
