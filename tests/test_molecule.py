@@ -5,6 +5,11 @@ molecule/*/molecule.yml (cwd the repo), so scenarios added later are picked up w
 touching this file.  Also guards against copy-paste drift: a scenario's platforms must be
 the plan's nodes, with the plan's groups and addresses, and the shared platform keys.
 
+Each scenario's verifier writes a report (tests/support/inner_report.py, loaded by the base
+config's verifier env): its counts are printed, every inner check becomes a subtest (inner
+skips show in -ra with their reasons), and a check without @pytest.mark.may_skip that
+skipped fails the scenario.
+
 Scenarios must run one after another: platforms are named by node name (ctl1, gpu001,
 ...) so that containers resolve each other by name, and two scenarios using one node name
 cannot run at once on a machine.  For side-by-side runs (two checkouts), give each its own
