@@ -68,12 +68,16 @@ def test_enroot_runs(host):
         assert ldd.rc == 0 and "not found" not in ldd.stdout, ldd.stdout
 
 
+# Converge installed the lab's enroot_4.1.2-1_amd64.deb (so that file name is in the node's
+# package cache, and `enroot` is an installed package that apt-cache show finds): the
+# unreachable sources name NVIDIA's hardened variant, which is neither.
 UNREACHABLE = {
-    "url": "https://github.com/NVIDIA/enroot/releases/download/v4.1.2/enroot_4.1.2-1_amd64.deb",
+    "url": "https://github.com/NVIDIA/enroot/releases/download/v4.1.2/"
+    "enroot-hardened_4.1.2-1_amd64.deb",
     # The lab's file name in a directory that does not exist: the lab's own path is built by
     # scripts/build-vendor.sh, so it is reachable here.
     "path": str(Path("/nonexistent/railyard") / Path(LAB_SOURCE["path"]).name),
-    "apt": "enroot",
+    "apt": "enroot-hardened",
 }
 
 
