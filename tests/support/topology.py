@@ -35,6 +35,10 @@ TIER_LEVEL = {"leaf": "su", "spine": "spine", "core": "core"}
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
+class ConflictingGroups(ValueError):
+    """The cabling makes one group of switches the spec names differently: no valid spec."""
+
+
 def names(hostlist: str) -> list[str]:
     """Hostnames in the order written ("b[1-2],a1" -> b1, b2, a1)."""
     out: list[str] = []
@@ -142,7 +146,8 @@ def _explicit(ex: dict[str, Any]) -> tuple[Listed, list[list[str]]]:
         for r in dict.fromkeys(_find(root, s) for s in here):
             members = {s for s in here if _find(root, s) == r}
             labels = {label[s] for s in members if label[s]}
-            assert len(labels) <= 1, f"switches {sorted(members)} carry groups {labels}"
+            if len(labels) > 1:  # cabling joins switches the spec gave two group names
+                raise ConflictingGroups(f"switches {sorted(members)} carry groups {sorted(labels)}")
             name = labels.pop() if labels else min(members)
             kids = [u for u in units if any(_find(root, h) == r for h in reach[u])]
             nodes = [n for k in kids for n in units[k][1]]
