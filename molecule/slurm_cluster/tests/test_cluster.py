@@ -137,7 +137,7 @@ def test_sinfo_every_node_idle():
 def test_topology_equals_plan():
     """Every switch: its level, every node below it and its child switches."""
     out = run_ok(LOGIN, "scontrol show topology")
-    assert observed_topology(out) == expected_topology(support.compiled(VARIANT)), out
+    assert observed_topology(out) == expected_topology(support.VARIANTS[VARIANT]()), out
 
 
 def test_srun_four_hosts():
