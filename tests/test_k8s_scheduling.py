@@ -7,9 +7,14 @@ Ready nodes (compiled labels, the spec's GPUs as ``nvidia.com/gpu``) and the Kue
 manager with its webhooks.  Jobs are plain batch/v1 Jobs with a queue label; KWOK runs
 their pods (no kubelet, no images), so what is proven is admission and placement.
 
-Two specs: dgx-h100 (32 workers of 8 GPUs in one SU: a job of several whole nodes) and
-the lab (2 workers of 2 stand-in GPUs, one per SU, quota = all 4: wider than an SU,
-over quota).  Each test deletes its jobs and waits until their Workloads are gone.
+Specs: dgx-h100 with its Kubernetes workers moved to span two SUs (su3: 8 nodes, su4: 32;
+jobs of whole nodes), the lab (2 workers of 2 stand-in GPUs, kw1 in su1 and kw2 in su2,
+quota = all 4) and, for re-applying its objects, dgx-h100 as shipped.  Every topology
+claim is made where placement blind to topology would break it (a job that fits only one
+of the SUs, or a node made half busy so that the free GPUs span both SUs), next to a
+CONTROL: the same job without the constraint, asserted to land across SUs.  Expected SUs
+are literals (the spec YAML's hostlists), never the compiler's plan.  Each test deletes
+its jobs and waits until their Workloads are gone.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import time
 from collections import Counter
 
 import pytest
+import yaml
 
 from tests.conftest import ROOT
 from tests.support import k8sapi, k8slab
@@ -30,6 +36,30 @@ SPECS = {
     "lab": ROOT / "inventories/lab/cluster.yaml",
     "dgx-h100": ROOT / "inventories/dgx-h100/cluster.yaml",
 }
+# The lab's SUs (inventories/lab/cluster.yaml: su1 = gpu[001-002],kw1; su2 = gpu[003-004],kw2).
+LAB_SU = {"kw1": "su1", "kw2": "su2"}
+# dgx-h100 with Kubernetes on the last 4 nodes of SU 3 as well as all of SU 4 (the spec's
+# SUs are 32 nodes each, in order: su3 = dgx[065-096], su4 = dgx[097-128]).
+DGX_2SU = {
+    "slurm_gpu": "dgx[001-092]",
+    "workers": "dgx[093-128]",
+    "su": {
+        **{f"dgx{i:03}": "su3" for i in range(93, 97)},
+        **{f"dgx{i:03}": "su4" for i in range(97, 129)},
+    },
+}
+
+
+def _spec_path(name: str, work) -> object:
+    if name != "dgx-h100-2su":
+        return SPECS[name]
+    spec = yaml.safe_load(SPECS["dgx-h100"].read_text())
+    gpu = next(p for p in spec["partitions"]["slurm"]["partitions"] if p["name"] == "gpu")
+    gpu["nodes"] = DGX_2SU["slurm_gpu"]
+    spec["partitions"]["kubernetes"]["workers"] = DGX_2SU["workers"]
+    path = work / "dgx-h100-2su.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
 
 
 def on(spec: str):
@@ -48,7 +78,8 @@ def stack(request, tmp_path_factory):
     t0 = time.monotonic()
     with k8sapi.K8sAPI.start(work) as api:
         print(f"\n{request.param}: etcd + kube-apiserver ready in {time.monotonic() - t0:.1f} s")
-        s = k8slab.start_stack(api, SPECS[request.param], work / "render", log=print)
+        spec = _spec_path(request.param, work)
+        s = k8slab.start_stack(api, spec, work / "render", log=print)
         assert not s.rejected(), s.rejected()
         yield s
 
@@ -111,36 +142,63 @@ def _su_level(stack) -> str:
     return next(lvl for lvl in stack.levels if lvl.endswith("/su"))
 
 
-@on("dgx-h100")
-def test_a_required_su_job_runs_on_several_nodes_of_one_su(stack, jobs):
+def _placed_sus(
+    stack, ns: str, name: str, pods: int, su_of: dict[str, str]
+) -> tuple[dict, list[str]]:
+    """(the admitted Workload, the SU of each node its pods run on), once all pods Run."""
+    w = _wait_admitted(stack, ns, name)
+    placed = _wait_running(stack, ns, name, pods)
+    return w, sorted(su_of[p["spec"]["nodeName"]] for p in placed)
+
+
+def _check_su_labels(stack, su: str, su_of: dict[str, str]) -> None:
+    """The nodes carry the SU the spec's hostlists put them in (what Kueue groups by)."""
+    labels = _node_labels(stack)
+    assert {n: labels[n][su] for n in su_of} == su_of
+
+
+@on("dgx-h100-2su")
+def test_a_required_and_preferred_su_keep_whole_nodes_in_one_su_where_the_control_spans_two(
+    stack, jobs
+):
+    """Workers in su3 (4 nodes) and su4 (32): 5 whole nodes fit only su4.  CONTROL: the
+    job without a topology annotation spans both SUs (Kueue's unconstrained placement
+    fills the least free nodes first, in label order: su3's four, then one of su4); with
+    the SU level required, and with it preferred, all 5 pods run in su4."""
     su, ns, queue = _su_level(stack), *stack.local_queue("training")
-    per_node = _gpus_per_node(stack)
-    nodes_per_su = Counter(labels[su] for labels in _node_labels(stack).values())
-    pods = 4  # whole nodes: the job needs 4 nodes, and an SU has more
-    assert pods <= max(nodes_per_su.values()), nodes_per_su
+    su_of = DGX_2SU["su"]
+    _check_su_labels(stack, su, su_of)
+    per_node, pods = _gpus_per_node(stack), 5
     assert pods * per_node <= stack.gpu_quota("training")
 
-    t0 = _submit(
-        stack, jobs, k8slab.gpu_job("tas", ns, queue, pods=pods, gpus=per_node, topology=su)
-    )
-    w = _wait_admitted(stack, ns, "tas")
-    admit_s = time.monotonic() - t0
-    placed = _wait_running(stack, ns, "tas", pods)
-    running_s = time.monotonic() - t0
+    def run(name: str, **topology) -> tuple[dict, list[str]]:
+        t0 = _submit(
+            stack, jobs, k8slab.gpu_job(name, ns, queue, pods=pods, gpus=per_node, **topology)
+        )
+        w, sus = _placed_sus(stack, ns, name, pods, su_of)
+        print(
+            f"{name}: {pods} x {per_node} GPUs Running {time.monotonic() - t0:.2f} s after "
+            f"creation, in {dict(Counter(sus))}"
+        )
+        k8slab.delete_job(stack.api, ns, name)
+        return w, sus
+
+    print()
+    _, sus = run("control")
+    assert set(sus) == {"su3", "su4"}, f"CONTROL stayed in one SU, the test proves nothing: {sus}"
+    w, sus = run("required", topology=su)
     ta = w["status"]["admission"]["podSetAssignments"][0].get("topologyAssignment")
-    print(
-        f"\ntas: {pods} x {per_node} GPUs admitted in {admit_s:.2f} s, all Running in "
-        f"{running_s:.2f} s; topologyAssignment {json.dumps(ta)}"
-    )
     assert ta and ta["levels"] and ta["slices"], w["status"]["admission"]
-    on_nodes = {p["spec"]["nodeName"] for p in placed}
-    labels = _node_labels(stack)
-    assert len({labels[n][su] for n in on_nodes}) == 1, {n: labels[n][su] for n in on_nodes}
-    assert len(on_nodes) == pods > 1, on_nodes
+    assert set(sus) == {"su4"}, sus
+    _, sus = run("preferred", topology=su, required=False)
+    assert set(sus) == {"su4"}, sus
 
 
 @on("lab")
 def test_b_a_job_within_quota_but_wider_than_any_su_is_not_admitted(stack, jobs):
+    """3 x 1 GPU on the idle lab (2 GPUs per SU, quota 4): SU required, it is not admitted,
+    with Kueue's reason, while a narrower job goes past it.  CONTROL: the same job without
+    the annotation runs across su1 and su2; with the SU level preferred, it runs too."""
     su, ns, queue = _su_level(stack), *stack.local_queue()
     api = stack.api
     cq = next(q["spec"]["clusterQueue"] for q in stack.compiled("LocalQueue"))
@@ -183,6 +241,23 @@ def test_b_a_job_within_quota_but_wider_than_any_su_is_not_admitted(stack, jobs)
     )
     assert not k8slab.admitted(wide) and c["status"] == "False", _conditions(wide)
     assert k8slab.pods_of(api, ns, "wide") == []
+
+    # CONTROL: the same wide job without the annotation runs, across both SUs; with the SU
+    # level only preferred it runs too, across both SUs (Kueue falls back to the spine)
+    for name in ("wide", "narrow"):
+        k8slab.delete_job(api, ns, name)
+    _check_su_labels(stack, su, LAB_SU)
+    for name, kind in (
+        ("wide-control", {}),
+        ("wide-preferred", {"topology": su, "required": False}),
+    ):
+        t0 = _submit(stack, jobs, k8slab.gpu_job(name, ns, queue, pods=widest + 1, gpus=1, **kind))
+        _, sus = _placed_sus(stack, ns, name, widest + 1, LAB_SU)
+        print(
+            f"{name}: {widest + 1} x 1 GPU Running {time.monotonic() - t0:.2f} s after creation, SUs {sus}"
+        )
+        k8slab.delete_job(api, ns, name)
+        assert set(sus) == {"su1", "su2"}, (name, sus)
 
 
 @on("lab")
@@ -230,9 +305,17 @@ def _volcano_placed(stack, ns: str, name: str, n: int, timeout: float = 60) -> d
 
     took = k8slab.wait_for(placed, timeout, 0.1)
     pods = k8slab.volcano_pods(api, ns, name)
-    assert took is not None, f"{ns}/{name}: not {n} pods Running in {timeout}s: " + str(
-        [(p["metadata"]["name"], p["status"].get("phase"), p["spec"].get("nodeName")) for p in pods]
-    ) + "\n" + api.log_tail("vc-scheduler", 15)
+    assert took is not None, (
+        f"{ns}/{name}: not {n} pods Running in {timeout}s: "
+        + str(
+            [
+                (p["metadata"]["name"], p["status"].get("phase"), p["spec"].get("nodeName"))
+                for p in pods
+            ]
+        )
+        + "\n"
+        + api.log_tail("vc-scheduler", 15)
+    )
     return {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods}
 
 
@@ -291,7 +374,7 @@ def test_d_volcano_places_a_hard_tier1_job_inside_one_hypernode(stack):
     delete("hard1")
 
 
-@pytest.mark.parametrize("stack", ["lab", "dgx-h100"], indirect=True)
+@pytest.mark.parametrize("stack", ["lab", "dgx-h100-2su"], indirect=True)
 def test_reapplying_the_compiled_objects_once_kueue_runs_is_conflict_free(stack):
     """A second deploy (or drift's --remediate) after Kueue has reconciled the queues."""
     assert stack.reapplied, "start_stack did not apply the objects a second time"
