@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -247,3 +248,19 @@ def test_test_molecule_outlives_its_molecule_timeout():
     mark = next(m for m in tm.test_molecule.pytestmark if m.name == "timeout")
     assert mark.args[0] > tm.TIMEOUT + tm.DESTROY_TIMEOUT
 
+
+
+def test_molecule_run_times_out_with_its_children(tmp_path):
+    """The timeout path returns (pytest-timeout does not have to step in), and a child that
+    holds molecule's output pipe open goes with the process group."""
+    from tests import test_molecule as tm
+
+    pid_file = tmp_path / "child.pid"
+    script = f"sleep 300 & echo $! > {pid_file}; echo started; wait"
+    rc, out = tm._run(["sh", "-c", script], tmp_path, dict(os.environ), timeout=2)
+    assert rc == "timeout after 2s" and "started" in out
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 5  # killed at once; reaped by init shortly after
+    while time.monotonic() < deadline and Path(f"/proc/{child}").exists():
+        time.sleep(0.1)
+    assert not Path(f"/proc/{child}").exists(), "the child outlived the timeout"
