@@ -194,6 +194,17 @@ def test_a_required_and_preferred_su_keep_whole_nodes_in_one_su_where_the_contro
     assert set(sus) == {"su4"}, sus
 
 
+@pytest.fixture
+def kw1_half_busy(stack):
+    """kw1 (su1) with one of its 2 GPUs held by a pod bound to it: the 3 free GPUs are one
+    on kw1 and two on kw2 (su2), so a 2-GPU job fits su2 alone or the two SUs together."""
+    assert {n["metadata"]["name"] for n in stack.nodes} == set(LAB_SU)
+    pod = k8slab.bound_pod("busy-kw1", "default", "kw1", gpus=1)
+    k8slab.create_running_pod(stack.api, pod)
+    yield "kw1"
+    k8slab.delete_pod(stack.api, "default", "busy-kw1")
+
+
 @on("lab")
 def test_b_a_job_within_quota_but_wider_than_any_su_is_not_admitted(stack, jobs):
     """3 x 1 GPU on the idle lab (2 GPUs per SU, quota 4): SU required, it is not admitted,
@@ -323,55 +334,110 @@ def _hypernodes(stack, tier: int) -> dict[str, set[str]]:
     return hypernode_nodes(k8slab.k8s_docs(stack.render_dir / "kubernetes/volcano.yaml"), tier)
 
 
-@on("lab")
-def test_d_volcano_places_a_hard_tier1_job_inside_one_hypernode(stack):
-    """The lab: two workers of 2 GPUs, one per SU (tier-1 HyperNode).  A gang of 3 x 1 GPU
-    spreads over both SUs when unconstrained, stays pending with networkTopology hard at
-    tier 1 (no SU has 3 GPUs), runs at tier 2 (the spine holds both); 2 x 1 GPU at tier 1
-    lands inside one SU."""
+VOLCANO_NS, VOLCANO_QUEUE = "volcano-jobs", "research"
+
+
+def _volcano_run(stack, name: str, pods: int, tier: int | None) -> float:
     api = stack.api
-    ns, queue = "volcano-jobs", "research"
-    k8slab.kubectl(api, "create", "namespace", ns)
+    k8slab.kubectl(api, "create", "namespace", VOLCANO_NS)  # fails harmlessly once it exists
+    t0 = time.monotonic()
+    job = k8slab.volcano_job(name, VOLCANO_NS, VOLCANO_QUEUE, pods, tier=tier)
+    r = k8slab.apply_docs(api, [job], name, "railyard-test")
+    assert all(x.ok for x in r), [x.message for x in r]
+    return t0
+
+
+def _volcano_delete(stack, name: str) -> None:
+    api, ns = stack.api, VOLCANO_NS
+    k8slab.kubectl(api, "delete", "jobs.batch.volcano.sh", name, "-n", ns, "--wait=true")
+    k8slab.kubectl(
+        api,
+        "delete",
+        "pods",
+        "-n",
+        ns,
+        "-l",
+        f"volcano.sh/job-name={name}",
+        "--grace-period=0",
+        "--force",
+        "--wait=true",
+    )
+
+
+def _volcano_sus(stack) -> dict[str, str]:
+    """node -> tier-1 HyperNode, checked against the spec's SUs (the HyperNodes are named
+    after them)."""
     su_of = {n: hn for hn, members in _hypernodes(stack, 1).items() for n in members}
-    assert len(set(su_of.values())) >= 2, su_of
+    assert su_of == LAB_SU, su_of
+    return su_of
 
-    def run(name: str, pods: int, tier: int | None) -> float:
-        t0 = time.monotonic()
-        r = k8slab.apply_docs(api, [k8slab.volcano_job(name, ns, queue, pods, tier=tier)], name, "railyard-test")
-        assert all(x.ok for x in r), [x.message for x in r]
-        return t0
 
-    def delete(name: str) -> None:
-        k8slab.kubectl(api, "delete", "jobs.batch.volcano.sh", name, "-n", ns, "--wait=true")
-        k8slab.kubectl(api, "delete", "pods", "-n", ns, "-l", f"volcano.sh/job-name={name}",
-                       "--grace-period=0", "--force", "--wait=true")
+def _podgroup_unschedulable(stack, name: str) -> dict:
+    """The Unschedulable condition of Volcano Job *name*'s PodGroup, or {}."""
+    pgs = json.loads(
+        k8slab.kubectl(stack.api, "get", "podgroups", "-n", VOLCANO_NS, "-o", "json").stdout
+    )
+    for pg in pgs["items"]:
+        if any(o.get("name") == name for o in pg["metadata"].get("ownerReferences", [])):
+            for c in pg.get("status", {}).get("conditions") or []:
+                if c.get("type") == "Unschedulable" and c.get("status") == "True":
+                    return c
+    return {}
 
-    t0 = run("spread", 3, None)
-    spread = _volcano_placed(stack, ns, "spread", 3)
-    print(f"\nno topology: 3 pods Running in {time.monotonic() - t0:.2f} s on {sorted(spread.values())}")
-    assert len({su_of[n] for n in spread.values()}) == 2, spread
-    delete("spread")
 
-    run("hard1-wide", 3, 1)
+@on("lab")
+def test_d_volcano_a_gang_that_fits_only_split_stays_pending_under_hard_tier1(stack):
+    """Idle lab, 2 GPUs per SU.  A gang of 3 x 1 GPU fits only split over both SUs.
+    CONTROL (no networkTopology): it runs, across su1 and su2.  Hard tier 1: it stays
+    pending, none of it bound, with vc-scheduler's reason on its PodGroup.  Hard tier 2
+    (the spine): it runs."""
+    su_of = _volcano_sus(stack)
+    api = stack.api
+
+    t0 = _volcano_run(stack, "spread", 3, None)
+    spread = _volcano_placed(stack, VOLCANO_NS, "spread", 3)
+    print(
+        f"\nCONTROL, no topology: 3 pods Running in {time.monotonic() - t0:.2f} s on {sorted(spread.values())}"
+    )
+    assert {su_of[n] for n in spread.values()} == {"su1", "su2"}, spread
+    _volcano_delete(stack, "spread")
+
+    _volcano_run(stack, "hard1-wide", 3, 1)
     time.sleep(10)  # several scheduling periods (1 s each)
-    pods = k8slab.volcano_pods(api, ns, "hard1-wide")
+    pods = k8slab.volcano_pods(api, VOLCANO_NS, "hard1-wide")
     bound = [p["spec"].get("nodeName") for p in pods if p["spec"].get("nodeName")]
-    pg = k8slab.kubectl(api, "get", "podgroups", "-n", ns, "-o", "json")
-    print(f"hard tier 1, 3 pods: {len(pods)} pods, bound {bound}; podgroup conditions: "
-          + str([c for item in json.loads(pg.stdout)["items"] for c in item["status"].get("conditions", [])]))
+    why = _podgroup_unschedulable(stack, "hard1-wide")
+    print(
+        f"hard tier 1, 3 pods: {len(pods)} pods, bound {bound}; PodGroup Unschedulable: "
+        f"{why.get('reason')}: {why.get('message')}"
+    )
     assert len(pods) == 3 and bound == [], (len(pods), bound)  # the gang exists, none of it placed
-    delete("hard1-wide")
+    assert why.get("message"), f"no Unschedulable reason on the PodGroup: {why}"
+    _volcano_delete(stack, "hard1-wide")
 
-    t0 = run("hard2-wide", 3, 2)
-    wide = _volcano_placed(stack, ns, "hard2-wide", 3)
-    print(f"hard tier 2, 3 pods: Running in {time.monotonic() - t0:.2f} s on {sorted(wide.values())}")
-    delete("hard2-wide")
+    t0 = _volcano_run(stack, "hard2-wide", 3, 2)
+    wide = _volcano_placed(stack, VOLCANO_NS, "hard2-wide", 3)
+    print(
+        f"hard tier 2, 3 pods: Running in {time.monotonic() - t0:.2f} s on {sorted(wide.values())}"
+    )
+    _volcano_delete(stack, "hard2-wide")
 
-    t0 = run("hard1", 2, 1)
-    placed = _volcano_placed(stack, ns, "hard1", 2)
-    print(f"hard tier 1, 2 pods: Running in {time.monotonic() - t0:.2f} s on {sorted(placed.values())}")
-    assert len({su_of[n] for n in placed.values()}) == 1, placed
-    delete("hard1")
+
+@on("lab")
+def test_e_volcano_hard_tier1_puts_a_gang_in_su2_where_the_control_splits(stack, kw1_half_busy):
+    """1 GPU free on kw1 (su1), 2 on kw2 (su2).  A gang of 2 x 1 GPU: CONTROL (no
+    networkTopology) runs on both SUs; hard tier 1 runs both pods in su2."""
+    su_of = _volcano_sus(stack)
+    print()
+    for name, tier, want in (("split", None, {"su1", "su2"}), ("hard1", 1, {"su2"})):
+        t0 = _volcano_run(stack, name, 2, tier)
+        placed = _volcano_placed(stack, VOLCANO_NS, name, 2)
+        print(
+            f"{name} (tier {tier}): 2 pods Running in {time.monotonic() - t0:.2f} s on "
+            f"{sorted(placed.values())}"
+        )
+        _volcano_delete(stack, name)
+        assert {su_of[n] for n in placed.values()} == want, (name, placed)
 
 
 @pytest.mark.parametrize("stack", ["lab", "dgx-h100-2su"], indirect=True)

@@ -286,6 +286,47 @@ def gpu_pod_spec(gpus: int) -> dict[str, Any]:
     }
 
 
+def bound_pod(name: str, namespace: str, node: str, gpus: int) -> dict[str, Any]:
+    """A pod already bound to *node* (``spec.nodeName``): no scheduler places it and no
+    queue admits it, so the GPUs it holds are simply busy for Kueue, kube-scheduler and
+    Volcano alike (KWOK marks it Running)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"railyard.test/busy": "true"},
+        },
+        "spec": {**gpu_pod_spec(gpus), "nodeName": node, "terminationGracePeriodSeconds": 0},
+    }
+
+
+def create_running_pod(api: K8sAPI, pod: dict[str, Any], timeout: float = 60) -> None:
+    """Create *pod* and wait until it is Running."""
+    ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+    code, body = api.request("POST", f"/api/v1/namespaces/{ns}/pods", pod)
+    if code != 201:
+        raise RuntimeError(f"creating Pod {ns}/{name}: {code} {body[:500]}")
+
+    def running() -> bool:
+        c, b = api.get(f"/api/v1/namespaces/{ns}/pods/{name}")
+        return c == 200 and json.loads(b)["status"].get("phase") == "Running"
+
+    if wait_for(running, timeout, 0.1) is None:
+        raise TimeoutError(f"Pod {ns}/{name} not Running after {timeout}s")
+
+
+def delete_pod(api: K8sAPI, namespace: str, name: str, timeout: float = 60) -> None:
+    """Delete a pod at once (grace 0) and wait until it is gone."""
+    path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+    api.request(
+        "DELETE", path, {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0}
+    )
+    if wait_for(lambda: api.get(path)[0] == 404, timeout, 0.1) is None:
+        raise TimeoutError(f"Pod {namespace}/{name} still there after {timeout}s")
+
+
 def volcano_job(
     name: str,
     namespace: str,
