@@ -163,7 +163,7 @@ def test_molecule(scenario, subtests, request, tmp_path):
     if rc != 0:
         tail = "\n".join(out.splitlines()[-TAIL:])
         pytest.fail(f"molecule test -s {scenario.name} in {scenario.cwd} failed ({rc})"
-                    + "".join(f"\n- {p}" for p in problems) + f"\n{tail}")
+                    + "".join(f"\n- {p}" for p in problems) + f"\n{tail}", pytrace=False)
     if problems:
         pytest.fail(f"{scenario.id}: the verifier's results fail the scenario:"
                     + "".join(f"\n- {p}" for p in problems), pytrace=False)
