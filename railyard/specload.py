@@ -25,7 +25,7 @@ from railyard.errors import Problem, SpecError
 MAX_BYTES = 8 * 1024 * 1024  # 8 MiB: the 5 MB benchmark spec fits, with room
 MAX_DEPTH = 32  # a spec nests about 8 levels deep
 MAX_ALIAS_NODES = 100_000  # values reached again through *aliases, counted as copies
-MAX_SCALAR_CHARS = 4096  # no field of a spec holds a longer text
+MAX_SCALAR_CHARS = 1024 * 1024  # a long hostlist of scattered nodes; far below the file limit
 
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 LIBYAML = _Loader is not yaml.SafeLoader
@@ -143,6 +143,9 @@ class _Builder:
         self.parsed = Parsed(None)
         self.anchors: dict[str, tuple[Any, int]] = {}
         self.alias_nodes = 0
+        # plain scalar text -> (value, read as a string?): a spec repeats its keys and
+        # values thousands of times, and resolving each is most of a walk's time
+        self.plain: dict[str, tuple[Any, bool]] = {}
 
     def fail(self, message: str, line: int | None, path: str = "<yaml>") -> None:
         raise SpecError(self.source, [Problem(path or "<root>", message, line)])
@@ -166,33 +169,46 @@ class _Builder:
                 dispose()
         return self.parsed
 
+    @staticmethod
+    def _path_in(top: _Frame | None) -> str | None:
+        """The YAML path of the value the parser is at: None when it is a mapping's key."""
+        if top is None:
+            return ""
+        if top.is_map:
+            if top.key is _NO_KEY:
+                return None
+            return f"{top.path}.{top.key}" if top.path else str(top.key)
+        return f"{top.path}[{len(top.container)}]"
+
     def _document(self) -> Any:
-        loader = self.loader
+        get_event = self.loader.get_event
         lines = self.parsed.lines
+        plain = self.plain
+        scalar_event, alias_event = yaml.ScalarEvent, yaml.AliasEvent
+        starts = (yaml.MappingStartEvent, yaml.SequenceStartEvent)
+        ends = (yaml.MappingEndEvent, yaml.SequenceEndEvent)
         stack: list[_Frame] = []
+        top: _Frame | None = None
         while True:
-            event = loader.get_event()
-            line = event.start_mark.line + 1
+            event = get_event()
             cls = type(event)
-            # Where this value goes: the path it gets.
-            if stack:
-                top = stack[-1]
-                if top.is_map and top.key is _NO_KEY:
-                    path = None  # this value is a key
-                elif top.is_map:
-                    path = f"{top.path}.{top.key}" if top.path else str(top.key)
+            if cls is scalar_event:
+                value = event.value
+                # The common case first: plain text seen before as a string, or quoted text.
+                if event.tag is None and event.anchor is None and len(value) <= MAX_SCALAR_CHARS and (
+                    not event.implicit[0] or (plain.get(value) or (None, False))[1]
+                ):
+                    pass
                 else:
-                    path = f"{top.path}[{len(top.container)}]"
-            else:
-                path = ""
-            if cls is yaml.ScalarEvent:
-                value = self._scalar(event, line, path)
+                    value = self._scalar(event, event.start_mark.line + 1, self._path_in(top))
+                    if event.anchor is not None:
+                        self.anchors[event.anchor] = (value, 1)
                 size = 1
-                if event.anchor is not None:
-                    self.anchors[event.anchor] = (value, 1)
-            elif cls is yaml.AliasEvent:
+            elif cls is alias_event:
+                line = event.start_mark.line + 1
                 if event.anchor not in self.anchors:
-                    self.fail(f"alias *{event.anchor} has no anchor &{event.anchor} before it", line, path or "<yaml>")
+                    self.fail(f"alias *{event.anchor} has no anchor &{event.anchor} before it", line,
+                              self._path_in(top) or "<yaml>")
                 value, size = self.anchors[event.anchor]
                 self.alias_nodes += size
                 if self.alias_nodes > MAX_ALIAS_NODES:
@@ -200,9 +216,13 @@ class _Builder:
                         f"aliases (*{event.anchor} and others) expand to more than {MAX_ALIAS_NODES} "
                         "values, the limit; a spec reuses a block a few times, not exponentially",
                         line,
-                        path or "<yaml>",
+                        self._path_in(top) or "<yaml>",
                     )
-            elif cls is yaml.MappingStartEvent or cls is yaml.SequenceStartEvent:
+                if top is not None and top.is_map and top.key is _NO_KEY and isinstance(value, dict | list):
+                    self.fail("a key must be plain text, not an alias of a list or mapping", line)
+            elif cls in starts:
+                line = event.start_mark.line + 1
+                path = self._path_in(top)
                 if path is None:
                     self.fail("a key must be plain text, not a list or a mapping", line)
                 if event.tag not in _CONTAINER_TAGS:
@@ -213,45 +233,39 @@ class _Builder:
                 is_map = cls is yaml.MappingStartEvent
                 if path not in lines:
                     lines[path] = line
-                stack.append(_Frame({} if is_map else [], is_map, path, event.anchor, line))
+                top = _Frame({} if is_map else [], is_map, path, event.anchor, line)  # type: ignore[arg-type]
+                stack.append(top)
                 continue
-            elif cls is yaml.MappingEndEvent or cls is yaml.SequenceEndEvent:
+            elif cls in ends:
                 frame = stack.pop()
                 if frame.merges:
                     self._merge(frame)
                 value, size = frame.container, frame.size
                 if frame.anchor is not None:
                     self.anchors[frame.anchor] = (value, size)
-                if not stack:
-                    return value
+                top = stack[-1] if stack else None
             else:  # pragma: no cover - the parser emits nothing else inside a document
-                self.fail(f"unexpected YAML event {cls.__name__}", line)
-            if not stack:
+                self.fail(f"unexpected YAML event {cls.__name__}", event.start_mark.line + 1)
+            if top is None:
                 return value
-            top = stack[-1]
             top.size += size
             if top.is_map:
                 if top.key is _NO_KEY:
-                    if cls is yaml.AliasEvent and not isinstance(value, str | int | float | bool | type(None)):
-                        self.fail("a key must be plain text, not an alias of a list or mapping", line)
-                    self._key(top, value, line, event)
+                    self._key(top, value, event)
                 else:
                     if top.key is _MERGE_KEY:
-                        top.merges.append((value, line))
+                        top.merges.append((value, event.start_mark.line + 1))
                     else:
                         top.container[top.key] = value
                     top.key = _NO_KEY
             else:
                 top.container.append(value)
 
-    def _key(self, frame: _Frame, key: Any, line: int, event: Any) -> None:
-        if isinstance(event, yaml.ScalarEvent) and key == "<<" and event.tag is None and event.implicit[0]:
+    def _key(self, frame: _Frame, key: Any, event: Any) -> None:
+        line = event.start_mark.line + 1
+        if key == "<<" and isinstance(event, yaml.ScalarEvent) and event.tag is None and event.implicit[0]:
             frame.key = _MERGE_KEY
             return
-        try:
-            hash(key)
-        except TypeError:
-            self.fail("a key must be plain text", line)
         if key in frame.keys:
             where = f"{frame.path}.{key}" if frame.path else str(key)
             self.fail(
@@ -284,13 +298,23 @@ class _Builder:
         value = event.value
         if len(value) > MAX_SCALAR_CHARS:
             self.fail(f"a text of {len(value)} characters; the limit is {MAX_SCALAR_CHARS}, "
-                      "and no field of a spec needs more", line, path or "<yaml>")
+                      "write long hostlists with [ranges]", line, path or "<yaml>")
         tag = event.tag
-        if tag is None or tag == "!":
+        if tag is None:
             if not event.implicit[0]:
                 return value  # quoted or block text: a string
+            known = self.plain.get(value)
+            if known is not None:
+                if not known[1] and path is not None:
+                    self.parsed.raw[path] = value
+                return known[0]
             tag = self.loader.resolve(yaml.ScalarNode, value, event.implicit)
-        if tag == _STR:
+            if tag == _STR:
+                self.plain[value] = (value, True)
+                return value
+        elif tag == "!":
+            return value
+        if tag == _STR or tag == _MERGE:  # '<<' as a key merges (see _key), elsewhere it is text
             return value
         if tag not in _SCALAR_TAGS:
             self.fail(f"tag {tag} is not used in a spec; remove it", line, path or "<yaml>")
@@ -301,6 +325,8 @@ class _Builder:
             self.fail(f"{value!r} cannot be read as {tag.rsplit(':', 1)[-1]}", line, path or "<yaml>")
         if path is not None:
             self.parsed.raw[path] = value
+        if event.tag is None and not isinstance(out, list | dict | bytes):
+            self.plain[value] = (out, False)
         return out
 
 
