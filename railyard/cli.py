@@ -148,7 +148,12 @@ class _Parser(argparse.ArgumentParser):
         self.exit(exitcodes.ERROR, f"{self.prog}: error: {message}\n")
 
 
-def parser() -> argparse.ArgumentParser:
+# Commands that only read a spec: they skip importing Pulumi and the drift collectors
+# (about a second of every `railyard validate` before the spec is even opened).
+SPEC_COMMANDS = ("validate", "render", "topology", "inventory", "lab")
+
+
+def parser(full: bool = True) -> argparse.ArgumentParser:
     p = _Parser(prog="railyard", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -175,11 +180,12 @@ def parser() -> argparse.ArgumentParser:
     i.add_argument("--json", action="store_true")
     i.set_defaults(func=cmd_inventory)
 
-    from railyard.deploy.automation import add_commands as add_pulumi_commands
-    from railyard.drift.cli import add_commands as add_drift_commands
+    if full:
+        from railyard.deploy.automation import add_commands as add_pulumi_commands
+        from railyard.drift.cli import add_commands as add_drift_commands
 
-    add_pulumi_commands(sub)  # up, preview, refresh, destroy (Automation API, inline program)
-    add_drift_commands(sub)
+        add_pulumi_commands(sub)  # up, preview, refresh, destroy (Automation API, inline program)
+        add_drift_commands(sub)
 
     lab = sub.add_parser("lab", help="the local lab: node image")
     lab_sub = lab.add_subparsers(dest="lab_command", required=True)
@@ -219,7 +225,8 @@ def _report_internal_error(exc: BaseException, as_json: bool) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser(full=not (argv and argv[0] in SPEC_COMMANDS)).parse_args(argv)
     try:
         return args.func(args)
     except SpecError as exc:

@@ -40,6 +40,8 @@ def _bad_char(value: str, allowed: str) -> str | None:
 
 def label_problem(value: str, what: str = "a name", limit: int = 63) -> str | None:
     """RFC 1123 / DNS-1123 label: what hostnames and Kubernetes names are made of."""
+    if len(value) <= limit and _LABEL.match(value):
+        return None  # the common case, without the search for what is wrong
     if not value:
         return f"{what} cannot be empty"
     if len(value) > limit:
@@ -129,6 +131,10 @@ DnsName = Annotated[str, AfterValidator(_host)]
 # ---------------------------------------------------------------- hostlists and patterns
 
 _RANGE = re.compile(r"^(\d+)(?:-(\d+)(?:/(\d+))?)?$")
+_ITEM_RX = r"(?:[A-Za-z0-9._-]+|\[[0-9,/-]+\])+"
+_HOSTLIST = re.compile(rf"^{_ITEM_RX}(?:,{_ITEM_RX})*$")
+_ITEM = re.compile(_ITEM_RX)
+_BRACKETS = re.compile(r"\[([^\]]*)\]")
 
 
 def hostlist_size(text: str) -> int:
@@ -136,6 +142,16 @@ def hostlist_size(text: str) -> int:
     Raises ValueError on anything beyond names, commas and numeric [ranges]."""
     if not text.strip():
         raise ValueError("an empty hostlist; write e.g. 'gpu[001-032],login1'")
+    if _HOSTLIST.match(text):  # well formed: count the ranges; else find what is wrong below
+        total = 0
+        for item in _ITEM.findall(text):
+            count = 1
+            for inner in _BRACKETS.findall(item):
+                count *= _ranges(inner)
+            total += count
+            if total > MAX_HOSTS:
+                raise ValueError(f"it names more than {MAX_HOSTS} hosts, the limit of one hostlist")
+        return total
     total = 0
     depth = 0
     item: list[str] = []

@@ -143,7 +143,9 @@ def run(*args: str) -> tuple[int, str, float]:
     """railyard's main, in this process (a fresh process per example would cost ~1 s)."""
     buf = io.StringIO()
     old = signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, SECONDS * 2)  # a hang fails here, not in CI's timeout
+    # A hang fails here, not in CI's timeout; pytest-timeout's own timer (the same signal) is
+    # put back afterwards with what it had left.
+    outer, _ = signal.setitimer(signal.ITIMER_REAL, SECONDS * 2)
     start = time.perf_counter()
     try:
         with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
@@ -156,6 +158,8 @@ def run(*args: str) -> tuple[int, str, float]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
+        if outer:
+            signal.setitimer(signal.ITIMER_REAL, max(outer - (time.perf_counter() - start), 0.001))
     return code, buf.getvalue(), time.perf_counter() - start
 
 
