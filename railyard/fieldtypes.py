@@ -40,14 +40,14 @@ def _bad_char(value: str, allowed: str) -> str | None:
 
 def label_problem(value: str, what: str = "a name", limit: int = 63) -> str | None:
     """RFC 1123 / DNS-1123 label: what hostnames and Kubernetes names are made of."""
-    if len(value) <= limit and _LABEL.match(value):
+    if len(value) <= limit and _LABEL.fullmatch(value):
         return None  # the common case, without the search for what is wrong
     if not value:
         return f"{what} cannot be empty"
     if len(value) > limit:
         return (f"{_show(value)} is {len(value)} characters; {what} may have at most {limit} "
                 "(the DNS label limit of RFC 1123); shorten it")
-    if value != value.lower() and value.lower() == value.lower().strip() and _LABEL.match(value.lower()):
+    if value != value.lower() and value.lower() == value.lower().strip() and _LABEL.fullmatch(value.lower()):
         return f"{_show(value)} has upper-case letters; {what} is lower case: write {value.lower()!r}"
     bad = _bad_char(value, r"[a-z0-9-]")
     if bad:
@@ -142,7 +142,10 @@ def hostlist_size(text: str) -> int:
     Raises ValueError on anything beyond names, commas and numeric [ranges]."""
     if not text.strip():
         raise ValueError("an empty hostlist; write e.g. 'gpu[001-032],login1'")
-    if _HOSTLIST.match(text):  # well formed: count the ranges; else find what is wrong below
+    bad = _bad_char(text, r"[ -~]")
+    if bad:
+        raise ValueError(f"{bad} cannot be in a hostlist; it holds names, commas and [ranges]")
+    if _HOSTLIST.fullmatch(text):  # well formed: count the ranges; else find what is wrong below
         total = 0
         for item in _ITEM.findall(text):
             count = 1
@@ -196,7 +199,7 @@ def hostlist_size(text: str) -> int:
 def _ranges(text: str) -> int:
     count = 0
     for r in text.split(","):
-        m = _RANGE.match(r.strip())
+        m = _RANGE.fullmatch(r.strip())
         if not m or any(g and len(g) > MAX_DIGITS for g in m.groups()):
             raise ValueError(f"[{text}] is not a range list; write e.g. [001-032] or [1,3,5-8] "
                              f"(numbers of up to {MAX_DIGITS} digits)")
@@ -228,7 +231,7 @@ _PATTERN = re.compile(r"^([a-z0-9-]*)\{index(?::(0[1-9]|[1-9]?)d?)?\}([a-z0-9-]*
 
 
 def _pattern(value: str) -> str:
-    m = _PATTERN.match(value)
+    m = _PATTERN.fullmatch(value)
     if m is None or not (m.group(1) or m.group(3)):
         raise ValueError(
             f"pattern {_show(value)} is not a name with one {{index}} field; write e.g. 'gpu{{index:03}}' "
@@ -336,7 +339,7 @@ def _device_list(value: str) -> str:
     except ValueError as exc:
         raise ValueError(f"{_show(value)} is not a device list ({exc}); write e.g. '/dev/nvidia[0-7]'") from None
     for item in re.split(r",(?![^\[]*\])", value):
-        if not re.match(r"^/dev/[A-Za-z0-9_/-]+(\[[0-9,-]+\])?$", item.strip()):
+        if not re.fullmatch(r"^/dev/[A-Za-z0-9_/-]+(\[[0-9,-]+\])?$", item.strip()):
             raise ValueError(f"{_show(value)}: {item!r} is not a device under /dev; write e.g. '/dev/nvidia[0-7]'")
     return value
 
@@ -385,7 +388,7 @@ _MOUNT_OPTION = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}(=[A-Za-z0-9_.:/+@-]{
 
 
 def _mount_option(value: str) -> str:
-    if not _MOUNT_OPTION.match(value):
+    if not _MOUNT_OPTION.fullmatch(value):
         bad = _bad_char(value, r"[A-Za-z0-9_.:/+@=-]")
         why = f"holds {bad}" if bad else "is not of the form name or name=value"
         raise ValueError(f"mount option {_show(value)} {why}; write one option per list item as name or "
@@ -399,7 +402,7 @@ MountOption = Annotated[str, AfterValidator(_mount_option)]
 
 def _words(value: str) -> str:
     """Command-line options for a tool (mksquashfs): words of safe characters, single spaces."""
-    if not re.match(r"^[A-Za-z0-9_.=-]+( [A-Za-z0-9_.=-]+)*$", value):
+    if not re.fullmatch(r"^[A-Za-z0-9_.=-]+( [A-Za-z0-9_.=-]+)*$", value):
         bad = _bad_char(value, r"[A-Za-z0-9_.= -]")
         raise ValueError(f"{_show(value)} {'holds ' + bad if bad else 'has extra spaces'}; write options as "
                          "words of letters, digits and '_.=-' separated by one space, e.g. '-comp lzo -noD'")
@@ -413,7 +416,7 @@ def _plain(pattern: str, example: str, what: str) -> Any:
     rx = re.compile(pattern)
 
     def check(value: str) -> str:
-        if not rx.match(value):
+        if not rx.fullmatch(value):
             raise ValueError(f"{_show(value)} is not {what}; write e.g. {example!r}")
         return value
 

@@ -75,7 +75,7 @@ class SecretRef(Strict):
     @classmethod
     def _from_string(cls, value: Any) -> Any:
         if isinstance(value, str):
-            if not SECRET_REF.match(value):
+            if not SECRET_REF.fullmatch(value):
                 raise ValueError(
                     "looks like a plain-text secret; write a reference instead: "
                     "'env:VAR_NAME', 'file:/path/to/secret' or 'pulumi:configKey' "
@@ -341,7 +341,7 @@ class SlurmPartitionDef(Strict):
     @field_validator("max_time", "default_time")
     @classmethod
     def _slurm_time(cls, value: str | None) -> str | None:
-        if value is not None and not SLURM_TIME.match(value):
+        if value is not None and not SLURM_TIME.fullmatch(value):
             raise ValueError(
                 f"{value!r} is not a Slurm time; use INFINITE, minutes, 'h:m:s' or 'd-h:m:s'"
             )

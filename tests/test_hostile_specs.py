@@ -148,6 +148,9 @@ def test_validate_prints_notes_for_a_valid_spec(tmp_path):
 @pytest.mark.parametrize(
     ("old", "new", "path", "fragment"),
     [
+        ("names: ctl1", 'names: "ctl1\\n"', "nodes[0].names", "a control character"),
+        ("{name: research, weight: 1}", '{name: "research\\n", weight: 1}', "partitions.kubernetes.volcano.queues[0].name",
+         "a control character"),
         ("{path: /export/shared}", '{path: /export/shared, options: ["rw)\\n/ *(rw,no_root_squash"]}',
          "storage.nfs.exports[0].options[0]", "is not an NFS export option"),
         ("{path: /export/shared}", "{path: /export/shared, options: [rw, ro]}",
@@ -172,7 +175,7 @@ def test_validate_prints_notes_for_a_valid_spec(tmp_path):
         ("cohorts: [{name: lab}]", "cohorts: [{name: \"lab\\nkind: Secret\"}]",
          "partitions.kubernetes.kueue.cohorts[0].name", "a control character"),
     ],
-    ids=["export-option-newline", "export-rw-and-ro", "export-path-newline", "mount-option-newline",
+    ids=["hostlist-trailing-newline", "name-trailing-newline", "export-option-newline", "export-rw-and-ro", "export-path-newline", "mount-option-newline",
          "mount-option-comma", "lustre-option-comment", "slurm-time-extra", "gres-devices", "nic-name-newline",
          "enroot-shell", "kueue-name"],
 )

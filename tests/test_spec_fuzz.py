@@ -66,7 +66,7 @@ HOSTILE = [
     "/export/../etc", "../x", "gpu[1-999999999]", "gpu[001-", "gpu{index:0999999999}", "{name.__class__}",
     "https://u:p@host/x", "https://{name}-bmc", "env:X", "23.11", "1-00:00:00", "INFINITE", "gpu001",
     "gpu001,gpu002", "nfs1", "10.77.0.1/24", "10.77.0.5", "h100", "mlx5_0", "/dev/nvidia[0-7]", "%h", "$(id -u)",
-    "x" * 70, "\u00e9", "\x00", "\t", "yes", "null", "~", "@all", "a b", "'", '"', "*", "&a", "!!python/object",
+    "gpu001\n", "lab\n", "120\n", "x" * 70, "\u00e9", "\x00", "\t", "yes", "null", "~", "@all", "a b", "'", '"', "*", "&a", "!!python/object",
 ]
 SCALARS = st.one_of(
     st.sampled_from(HOSTILE),
