@@ -17,7 +17,8 @@ from pydantic import AfterValidator, BeforeValidator
 
 # Limits on what a hostlist may expand to, checked before anything is expanded: the
 # largest GPU clusters have tens of thousands of nodes.
-MAX_HOSTS = 100_000  # in one hostlist, and in the whole spec
+MAX_HOSTS = 100_000  # in one hostlist, and nodes in the whole spec
+MAX_NAMED = 1_000_000  # names in all the hostlists of a spec together, before expanding them
 MAX_DIGITS = 9  # of a number in a hostlist range or a pattern width
 
 _LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from railyard.errors import Problem, SpecError
 from railyard.fieldtypes import (
     MAX_HOSTS,
+    MAX_NAMED,
     AbsPath,
     AptName,
     BmcUrl,
@@ -535,13 +536,40 @@ class Cluster(Strict):
 
     @model_validator(mode="after")
     def _bounded(self) -> Cluster:
+        """Sizes known before any hostlist is expanded: nodes, and names in all hostlists."""
         total = sum(g.count or 0 if g.names is None else hostlist_size(g.names) for g in self.nodes)
         if total > MAX_HOSTS:
             raise ValueError(
                 f"the node groups name {total} nodes in all, more than the limit of {MAX_HOSTS}; "
                 "split the cluster into several specs"
             )
+        named = sum(hostlist_size(h) for h in self._hostlists())
+        if named > MAX_NAMED:
+            raise ValueError(
+                f"the hostlists of this spec name {named} hosts in all, more than the limit of "
+                f"{MAX_NAMED} (each node is named in a few places: its group, a partition, an SU)"
+            )
         return self
+
+    def _hostlists(self) -> list[str]:
+        out = [g.names for g in self.nodes if g.names]
+        s, k, f = self.partitions.slurm, self.partitions.kubernetes, self.fabric
+        if s is not None:
+            out += [s.controllers, s.login or "x", *(p.nodes for p in s.partitions)]
+        if k is not None:
+            out += [k.control_plane, k.workers]
+        if f is not None:
+            ro = f.rail_optimized
+            if ro is not None:
+                out += [ro.nodes or "x", *(su.nodes for su in ro.scalable_units or ())]
+            nvlink = (ro or f.explicit).nvlink  # type: ignore[union-attr]
+            if nvlink is not None:
+                out += [d.nodes for d in nvlink.domains or ()]
+        if self.storage.nfs is not None:
+            out += [m.clients for m in self.storage.nfs.mounts]
+        if self.storage.lustre is not None:
+            out.append(self.storage.lustre.clients)
+        return out
 
 
 # ---------------------------------------------------------------- loading
@@ -608,6 +636,8 @@ def yaml_path(loc: tuple[Any, ...]) -> str:
 
 def _line_for(path: str, lines: dict[str, int]) -> int | None:
     """The line of ``path``, else of its nearest parent that is in the file."""
+    if path == "<root>":
+        return lines.get("")
     while path:
         if path in lines:
             return lines[path]

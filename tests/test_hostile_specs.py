@@ -67,6 +67,13 @@ def test_huge_hostlist_and_pattern_width_are_refused_before_expanding():
     assert "100000" in msg
 
 
+def test_many_large_hostlists_are_refused_before_expanding(lab):
+    lab["partitions"]["slurm"]["partitions"] += [
+        {"name": f"p{i}", "nodes": "x[1-99999]"} for i in range(12)]
+    msg = refused(dump(lab), "<root>")
+    assert "limit of 1000000" in msg
+
+
 def test_file_size_limit(tmp_path):
     big = tmp_path / "big.yaml"
     big.write_bytes(b"#" * (MAX_BYTES + 1))
