@@ -112,6 +112,9 @@ def parse(text: str, source: str) -> Parsed:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         line = mark.line + 1 if mark is not None else None
         what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        if "nesting depth" in what:  # libyaml's own cap (1000) met before ours could count
+            what = f"values nest deeper than {MAX_DEPTH} levels, the limit; a spec nests about 8"
+            raise SpecError(source, [Problem("<yaml>", what, line)]) from None
         raise SpecError(source, [Problem("<yaml>", f"not valid YAML: {what}; fix the syntax", line)]) from None
     except (UnicodeError, ValueError) as exc:  # lone surrogates in a str, libyaml's encoder
         raise SpecError(source, [Problem("<yaml>", f"cannot read the text: {exc}; save the file as UTF-8")]) from None
