@@ -59,7 +59,12 @@ def label_problem(value: str, what: str = "a name", limit: int = 63) -> str | No
 
 
 def hostname_problem(value: str) -> str | None:
-    return label_problem(value, "a hostname")
+    """RFC 1123, and a letter first as railyard always asked (Slurm hostlists and group
+    names read a leading number badly)."""
+    problem = label_problem(value, "a hostname")
+    if problem is None and not value[0].isalpha():
+        problem = f"{_show(value)} starts with a digit; a hostname here starts with a letter"
+    return problem
 
 
 def _check(problem: str | None, value: Any) -> Any:
