@@ -652,6 +652,18 @@ def _with_line(problem: Problem, lines: dict[str, int]) -> Problem:
     return Problem(problem.path, problem.message, _line_for(problem.path, lines))
 
 
+# What the remaining Field(pattern=...) types mean, in words, for their messages.
+_PATTERN_WORDS = {
+    r"^[a-z][a-z0-9_]{0,39}$": "a lower-case letter, then up to 39 lower-case letters, digits or '_' (e.g. 'lab')",
+    r"^1\.\d{2}$": 'a Kubernetes minor version, in quotes (e.g. "1.34")',
+    r"^\d+\.\d+\.\d+$": 'a version x.y.z, in quotes (e.g. "0.17.0")',
+    r"^(o2ib|tcp|kfi|gni)\d*$": "an LNet network such as 'tcp0' or 'o2ib0'",
+    r"^[A-Za-z0-9_.:-]{1,15}$": "a network interface name of up to 15 characters (e.g. 'ib0')",
+    r"^[A-Za-z0-9_]{1,8}$": "a Lustre fsname: up to 8 letters, digits or '_'",
+    r"^[A-Za-z0-9._-]+@(o2ib|tcp|kfi|gni)\d*$": "a Lustre NID, address@network (e.g. '10.0.0.1@o2ib0')",
+}
+
+
 def _read_as(value: Any) -> str:
     if isinstance(value, bool):
         return "true/false"
@@ -702,7 +714,9 @@ def _problem(err: Any, lines: dict[str, int], raw: dict[str, str] | None = None)
         else:
             message = f"{value!r} is not allowed; use one of {err['ctx']['expected']}"
     elif kind == "string_pattern_mismatch":
-        message = f"{value!r} does not match the form {err['ctx']['pattern']}"
+        pattern = err["ctx"]["pattern"]
+        expected = _PATTERN_WORDS.get(pattern)
+        message = f"{value!r} does not match the form {pattern}" + (f": write {expected}" if expected else "")
     elif kind == "string_type" and quote_it:
         message = quote_it
     elif kind == "value_error":
