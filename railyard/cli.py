@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
@@ -34,7 +36,8 @@ def _report_spec_error(exc: SpecError, as_json: bool) -> int:
         err.print(f"[bold red]{exc.source}[/]: {len(exc.problems)} problem(s); nothing was rendered or applied")
         for p in exc.problems:
             where = f"{p.path}" + (f" (line {p.line})" if p.line else "")
-            err.print(f"  [red]✗[/] [bold]{where}[/]: {p.message}", soft_wrap=True)
+            # escape: a message quotes the spec, whose '[...]' rich would read as markup
+            err.print(f"  [red]✗[/] [bold]{escape(where)}[/]: {escape(p.message)}", soft_wrap=True)
     return exitcodes.ERROR
 
 
@@ -49,6 +52,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         "gpus": sum(n.hardware.gpus.count for n in plan.nodes if n.hardware.gpus),
         "topology": plan.slurm.topology_format if plan.slurm else None,
     }
+    summary["notes"] = [{"path": n.path, "line": n.line, "message": n.message} for n in plan.notes]
     if args.json:
         print(json.dumps(summary, indent=1))
     else:
@@ -57,6 +61,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
             f"({summary['slurm_compute']} Slurm compute, {summary['kubernetes_workers']} Kubernetes workers), "
             f"{summary['gpus']} GPUs, Slurm topology: {summary['topology']}"
         )
+        for n in plan.notes:
+            where = f"{n.path}" + (f" (line {n.line})" if n.line else "")
+            out.print(f"  [yellow]note[/] [bold]{escape(where)}[/]: {escape(n.message)}", soft_wrap=True)
     return exitcodes.OK
 
 
@@ -141,7 +148,12 @@ class _Parser(argparse.ArgumentParser):
         self.exit(exitcodes.ERROR, f"{self.prog}: error: {message}\n")
 
 
-def parser() -> argparse.ArgumentParser:
+# Commands that only read a spec: they skip importing Pulumi and the drift collectors
+# (about a second of every `railyard validate` before the spec is even opened).
+SPEC_COMMANDS = ("validate", "render", "topology", "inventory", "lab")
+
+
+def parser(full: bool = True) -> argparse.ArgumentParser:
     p = _Parser(prog="railyard", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -168,11 +180,12 @@ def parser() -> argparse.ArgumentParser:
     i.add_argument("--json", action="store_true")
     i.set_defaults(func=cmd_inventory)
 
-    from railyard.deploy.automation import add_commands as add_pulumi_commands
-    from railyard.drift.cli import add_commands as add_drift_commands
+    if full:
+        from railyard.deploy.automation import add_commands as add_pulumi_commands
+        from railyard.drift.cli import add_commands as add_drift_commands
 
-    add_pulumi_commands(sub)  # up, preview, refresh, destroy (Automation API, inline program)
-    add_drift_commands(sub)
+        add_pulumi_commands(sub)  # up, preview, refresh, destroy (Automation API, inline program)
+        add_drift_commands(sub)
 
     lab = sub.add_parser("lab", help="the local lab: node image")
     lab_sub = lab.add_subparsers(dest="lab_command", required=True)
@@ -182,12 +195,46 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+REPORT = (
+    "this is a bug in railyard, not a problem with your spec; please report it (the project's "
+    "issue tracker) with the spec and the details saved in {where}"
+)
+
+
+def _report_internal_error(exc: BaseException, as_json: bool) -> int:
+    """A bug: its own exit code, a short message, the traceback in a file rather than on screen."""
+    import tempfile
+    import traceback
+
+    detail = "".join(traceback.format_exception(exc))
+    try:
+        with tempfile.NamedTemporaryFile("w", prefix="railyard-internal-", suffix=".txt", delete=False) as f:
+            f.write(f"railyard {' '.join(sys.argv[1:])}\n\n{detail}")
+            where = f.name
+    except OSError:
+        where = "(could not be saved; run again with RAILYARD_TRACEBACK=1 to print them)"
+    message = f"internal error: {type(exc).__name__}: {str(exc)[:200]}"
+    if as_json:
+        print(json.dumps({"internal_error": message, "report": REPORT.format(where=where)}, indent=1))
+    else:
+        err.print(f"[bold red]✗ {escape(message)}[/]")
+        err.print(escape(REPORT.format(where=where)), soft_wrap=True)
+    if os.environ.get("RAILYARD_TRACEBACK") == "1":
+        sys.stderr.write(detail)
+    return exitcodes.INTERNAL
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser(full=not (argv and argv[0] in SPEC_COMMANDS)).parse_args(argv)
     try:
         return args.func(args)
     except SpecError as exc:
         return _report_spec_error(exc, getattr(args, "json", False))
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # noqa: BLE001 - a bug (RecursionError, MemoryError too): never a traceback
+        return _report_internal_error(exc, getattr(args, "json", False))
 
 
 if __name__ == "__main__":

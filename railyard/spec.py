@@ -8,22 +8,51 @@ addresses, quotas). Both report YAML paths with line numbers and say what to cha
 from __future__ import annotations
 
 import difflib
-import ipaddress
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from railyard.errors import Problem, SpecError
+from railyard.fieldtypes import (
+    MAX_HOSTS,
+    MAX_NAMED,
+    AbsPath,
+    AptName,
+    BmcUrl,
+    BmcUser,
+    DeviceList,
+    DnsName,
+    Domain,
+    EnrootPath,
+    ExportOption,
+    GpuType,
+    Hostlist,
+    Hostname,
+    IPv4Addr,
+    IPv4Net,
+    MountOption,
+    MountPath,
+    Name,
+    NicName,
+    NodeName,
+    Pattern,
+    SystemId,
+    Url,
+    UserName,
+    Version3,
+    Words,
+    device_count,
+    hostlist_size,
+    slurm_minutes,
+)
 
 SLURM_VERSIONS = ("22.05", "23.11", "24.05", "24.11", "25.05", "25.11", "26.05")
 SlurmVersion = Literal["22.05", "23.11", "24.05", "24.11", "25.05", "25.11", "26.05"]
 
-Name = Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,62}$")]
-# A hostlist in Slurm/ClusterShell syntax, e.g. "gpu[001-032],kw1"; expanded in validation.
-Hostlist = Annotated[str, Field(min_length=1)]
+# Name: a DNS-1123 label (Slurm, group and Kubernetes names). Hostlist: Slurm/ClusterShell
+# syntax, e.g. "gpu[001-032],kw1", sized before it is expanded (railyard.fieldtypes).
 # A reference to a secret, never the secret itself: env:VAR, file:/path, or pulumi:configKey.
 SECRET_REF = re.compile(r"^(env:[A-Za-z_][A-Za-z0-9_]*|file:/\S+|pulumi:[A-Za-z][A-Za-z0-9_.:-]*)$")
 SLURM_TIME = re.compile(r"^(INFINITE|UNLIMITED|\d+|\d+:\d{2}(:\d{2})?|\d+-\d+(:\d{2}(:\d{2})?)?)$")
@@ -47,7 +76,7 @@ class SecretRef(Strict):
     @classmethod
     def _from_string(cls, value: Any) -> Any:
         if isinstance(value, str):
-            if not SECRET_REF.match(value):
+            if not SECRET_REF.fullmatch(value):
                 raise ValueError(
                     "looks like a plain-text secret; write a reference instead: "
                     "'env:VAR_NAME', 'file:/path/to/secret' or 'pulumi:configKey' "
@@ -69,12 +98,12 @@ class Versions(Strict):
 
 class ClusterMeta(Strict):
     name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,39}$")]
-    domain: Annotated[str, Field(pattern=r"^([a-z0-9]([a-z0-9-]*[a-z0-9])?\.)+[a-z]{2,}$")]
+    domain: Domain
     versions: Versions = Versions()
 
 
 class ManagementNetwork(Strict):
-    cidr: ipaddress.IPv4Network
+    cidr: IPv4Net
     # Offset inside the CIDR of the first address handed out; lower ones stay free for
     # gateways and services.
     first_host: Annotated[int, Field(ge=1)] = 10
@@ -88,13 +117,23 @@ class Network(Strict):
 
 
 class Gpus(Strict):
-    type: Annotated[str, Field(pattern=r"^[a-z0-9_]+$")]
+    type: GpuType
     count: Annotated[int, Field(ge=1, le=16)]
     # Device files for gres.conf File=; default /dev/nvidia[0-<count-1>].
-    devices: str | None = None
+    devices: DeviceList | None = None
     # Lab only: create stand-in character devices so GRES allocation runs for real
     # without GPUs. Never set on real hardware.
     stand_in: bool = False
+
+    @model_validator(mode="after")
+    def _one_device_per_gpu(self) -> Gpus:
+        if self.devices is not None and device_count(self.devices) != self.count:
+            raise ValueError(
+                f"devices {self.devices!r} names {device_count(self.devices)} device(s) but count is "
+                f"{self.count}; list one device per GPU (e.g. '/dev/nvidia[0-{self.count - 1}]') "
+                "or fix count"
+            )
+        return self
 
 
 class Hardware(Strict):
@@ -105,7 +144,20 @@ class Hardware(Strict):
     gpus: Gpus | None = None
     # Fabric NICs (one per rail). Management NICs are not counted.
     nics: Annotated[int, Field(ge=0, le=32)] = 0
-    nic_names: list[str] | None = None  # RDMA device names, e.g. mlx5_0; for NCCL_IB_HCA
+    nic_names: list[NicName] | None = None  # RDMA device names, e.g. mlx5_0; for NCCL_IB_HCA
+
+    @model_validator(mode="after")
+    def _a_name_per_rail(self) -> Hardware:
+        if self.nic_names is not None:
+            if len(self.nic_names) != self.nics:
+                raise ValueError(
+                    f"nic_names lists {len(self.nic_names)} name(s) but nics is {self.nics}; name "
+                    "every fabric NIC once (NCCL_IB_HCA would leave a rail unused or name one too many)"
+                )
+            dups = sorted({n for n in self.nic_names if self.nic_names.count(n) > 1})
+            if dups:
+                raise ValueError(f"nic_names lists {', '.join(dups)} twice; name each NIC once")
+        return self
 
     @property
     def cpus(self) -> int:
@@ -114,16 +166,16 @@ class Hardware(Strict):
 
 class Bmc(Strict):
     # "{name}" is replaced by the node name, e.g. https://{name}-bmc.mgmt.example
-    address: str
-    username: str
+    address: BmcUrl
+    username: BmcUser
     password: SecretRef
-    system_id: str | None = None
+    system_id: SystemId | None = None
     verify_tls: bool = True
 
 
 class Provision(Strict):
     driver: Literal["podman", "ssh", "redfish"] = "podman"
-    ssh_user: str = "root"
+    ssh_user: UserName = "root"
     bmc: Bmc | None = None
 
     @model_validator(mode="after")
@@ -139,26 +191,21 @@ class NodeGroup(Strict):
     group: Name
     # Either a hostlist of names, or a pattern with {index} and a count.
     names: Hostlist | None = None
-    pattern: str | None = None
-    count: Annotated[int, Field(ge=1)] | None = None
+    pattern: Pattern | None = None
+    count: Annotated[int, Field(ge=1, le=MAX_HOSTS)] | None = None
     start: Annotated[int, Field(ge=0)] = 1
     hardware: Hardware
     # Pin the first address of this group so growing an earlier group never renumbers it.
-    first_address: ipaddress.IPv4Address | None = None
-    addresses: dict[str, ipaddress.IPv4Address] = {}
+    first_address: IPv4Addr | None = None
+    addresses: dict[Hostname, IPv4Addr] = {}
     provision: Provision = Provision()
 
     @model_validator(mode="after")
     def _names_or_pattern(self) -> NodeGroup:
         if self.names is not None and (self.pattern is not None or self.count is not None):
             raise ValueError("give either 'names' or 'pattern' with 'count', not both")
-        if self.names is None:
-            if self.pattern is None or self.count is None:
-                raise ValueError("give 'names' (a hostlist) or 'pattern' and 'count'")
-            if "{index" not in self.pattern:
-                raise ValueError(
-                    f"pattern {self.pattern!r} has no '{{index}}' field; e.g. 'gpu{{index:03}}'"
-                )
+        if self.names is None and (self.pattern is None or self.count is None):
+            raise ValueError("give 'names' (a hostlist) or 'pattern' and 'count'")
         return self
 
     def hostnames(self) -> list[str]:
@@ -269,9 +316,9 @@ class Fabric(Strict):
 class PackageSource(Strict):
     """Where a package comes from; exactly one of url, path, apt."""
 
-    url: str | None = None
-    path: str | None = None
-    apt: str | None = None  # package name from an apt repository the node already has
+    url: Url | None = None
+    path: AbsPath | None = None
+    apt: AptName | None = None  # package name from an apt repository the node already has
 
     @model_validator(mode="after")
     def _exactly_one(self) -> PackageSource:
@@ -295,17 +342,26 @@ class SlurmPartitionDef(Strict):
     @field_validator("max_time", "default_time")
     @classmethod
     def _slurm_time(cls, value: str | None) -> str | None:
-        if value is not None and not SLURM_TIME.match(value):
+        if value is not None and not SLURM_TIME.fullmatch(value):
             raise ValueError(
                 f"{value!r} is not a Slurm time; use INFINITE, minutes, 'h:m:s' or 'd-h:m:s'"
             )
         return value
 
+    @model_validator(mode="after")
+    def _default_within_max(self) -> SlurmPartitionDef:
+        if self.default_time is not None and slurm_minutes(self.default_time) > slurm_minutes(self.max_time):
+            raise ValueError(
+                f"default_time {self.default_time} is longer than max_time {self.max_time}; a job "
+                "that takes the default would be refused: lower default_time or raise max_time"
+            )
+        return self
+
 
 class Pyxis(Strict):
     enabled: bool = True
-    version: str = "0.24.0"
-    runtime_path: str = "/run/pyxis"
+    version: Version3 = "0.24.0"
+    runtime_path: AbsPath = "/run/pyxis"
     execute_entrypoint: bool = False
     container_scope: Literal["global", "job"] = "global"
     sbatch_support: bool = True
@@ -314,11 +370,11 @@ class Pyxis(Strict):
 
 class Enroot(Strict):
     enabled: bool = True
-    version: str = "4.1.2"
-    runtime_path: str = "/run/enroot/user-$(id -u)"
-    cache_path: str = "/var/lib/enroot/cache/group-$(id -g)"
-    data_path: str = "/var/lib/enroot/data/user-$(id -u)"
-    squash_options: str = "-comp lzo -noD -exit-on-error"
+    version: Version3 = "4.1.2"
+    runtime_path: EnrootPath = "/run/enroot/user-$(id -u)"
+    cache_path: EnrootPath = "/var/lib/enroot/cache/group-$(id -g)"
+    data_path: EnrootPath = "/var/lib/enroot/data/user-$(id -u)"
+    squash_options: Words = "-comp lzo -noD -exit-on-error"
     mount_home: bool = False
     restrict_dev: bool = True
     remap_root: bool = False
@@ -326,9 +382,9 @@ class Enroot(Strict):
 
 
 class Accounting(Strict):
-    host: str  # node running slurmdbd
-    storage_host: str
-    storage_user: str = "slurm"
+    host: NodeName  # node running slurmdbd
+    storage_host: DnsName
+    storage_user: UserName = "slurm"
     storage_password: SecretRef
 
 
@@ -398,9 +454,7 @@ class Volcano(Strict):
 class Kubernetes(Strict):
     control_plane: Hostlist
     workers: Hostlist
-    label_prefix: Annotated[str, Field(pattern=r"^([a-z0-9]([a-z0-9-]*[a-z0-9])?\.)+[a-z]{2,}$")] = (
-        "topology.railyard.dev"
-    )
+    label_prefix: Domain = "topology.railyard.dev"
     kueue: Kueue = Kueue()
     volcano: Volcano = Volcano()
 
@@ -412,24 +466,33 @@ class Partitions(Strict):
 
 # ---------------------------------------------------------------- storage
 
-MountPoint = Annotated[str, Field(pattern=r"^/[A-Za-z0-9._/-]*[A-Za-z0-9._-]$")]
+# Normalised, absolute, never a system path (railyard.fieldtypes.MountPath).
+MountPoint = MountPath
 
 
 class NfsExport(Strict):
     path: MountPoint
-    clients: ipaddress.IPv4Network | None = None  # default: the management CIDR
-    options: list[str] = ["rw", "sync", "no_subtree_check", "root_squash"]
+    clients: IPv4Net | None = None  # default: the management CIDR
+    options: list[ExportOption] = ["rw", "sync", "no_subtree_check", "root_squash"]
+
+    @field_validator("options")
+    @classmethod
+    def _no_contradiction(cls, value: list[str]) -> list[str]:
+        for a, b in (("rw", "ro"), ("sync", "async"), ("root_squash", "no_root_squash")):
+            if a in value and b in value:
+                raise ValueError(f"options give both '{a}' and '{b}'; keep the one you mean")
+        return value
 
 
 class NfsMount(Strict):
     export: MountPoint
     mount_point: MountPoint
-    options: list[str] = ["vers=4.2", "proto=tcp", "hard", "_netdev"]
+    options: list[MountOption] = ["vers=4.2", "proto=tcp", "hard", "_netdev"]
     clients: Hostlist = "all"  # "all": every node but the server
 
 
 class Nfs(Strict):
-    server: str
+    server: NodeName
     # Skip the NFSv4 grace period after a server (re)start. Lab only: real servers keep it
     # so clients can reclaim locks.
     graceless: bool = False
@@ -439,7 +502,7 @@ class Nfs(Strict):
 
 class LNetNetwork(Strict):
     net: Annotated[str, Field(pattern=r"^(o2ib|tcp|kfi|gni)\d*$")]
-    interface: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]+$")]
+    interface: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]{1,15}$")]
 
 
 class Lustre(Strict):
@@ -450,7 +513,7 @@ class Lustre(Strict):
     )
     networks: list[LNetNetwork] = Field(min_length=1)
     mount_point: MountPoint
-    options: list[str] = ["defaults", "_netdev", "flock", "noatime"]
+    options: list[MountOption] = ["defaults", "_netdev", "flock", "noatime"]
     clients: Hostlist = "all"
     package: PackageSource | None = None
 
@@ -471,6 +534,43 @@ class Cluster(Strict):
     partitions: Partitions
     storage: Storage = Storage()
 
+    @model_validator(mode="after")
+    def _bounded(self) -> Cluster:
+        """Sizes known before any hostlist is expanded: nodes, and names in all hostlists."""
+        total = sum(g.count or 0 if g.names is None else hostlist_size(g.names) for g in self.nodes)
+        if total > MAX_HOSTS:
+            raise ValueError(
+                f"the node groups name {total} nodes in all, more than the limit of {MAX_HOSTS}; "
+                "split the cluster into several specs"
+            )
+        named = sum(hostlist_size(h) for h in self._hostlists())
+        if named > MAX_NAMED:
+            raise ValueError(
+                f"the hostlists of this spec name {named} hosts in all, more than the limit of "
+                f"{MAX_NAMED} (each node is named in a few places: its group, a partition, an SU)"
+            )
+        return self
+
+    def _hostlists(self) -> list[str]:
+        out = [g.names for g in self.nodes if g.names]
+        s, k, f = self.partitions.slurm, self.partitions.kubernetes, self.fabric
+        if s is not None:
+            out += [s.controllers, s.login or "x", *(p.nodes for p in s.partitions)]
+        if k is not None:
+            out += [k.control_plane, k.workers]
+        if f is not None:
+            ro = f.rail_optimized
+            if ro is not None:
+                out += [ro.nodes or "x", *(su.nodes for su in ro.scalable_units or ())]
+            nvlink = (ro or f.explicit).nvlink  # type: ignore[union-attr]
+            if nvlink is not None:
+                out += [d.nodes for d in nvlink.domains or ()]
+        if self.storage.nfs is not None:
+            out += [m.clients for m in self.storage.nfs.mounts]
+        if self.storage.lustre is not None:
+            out.append(self.storage.lustre.clients)
+        return out
+
 
 # ---------------------------------------------------------------- loading
 
@@ -486,58 +586,42 @@ def loads(text: str, source: str = "<spec>") -> Cluster:
 
 def load_plan(path: str | Path) -> Any:
     """Read, validate and compile in one pass: the entry point of the CLI and Pulumi."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SpecError(str(path), [Problem("<file>", f"cannot read the spec: {exc.strerror}")])
-    return loads_plan(text, source=str(path))
+    from railyard.specload import decode, read_bytes
+
+    data = read_bytes(path)
+    return loads_plan(decode(data, str(path)), source=str(path))
 
 
 def loads_plan(text: str, source: str = "<spec>") -> Any:
     from railyard.compiler import compile as compile_plan
 
-    data, lines = _parse_yaml(text, source)
+    data, lines, raw = _parse_yaml(text, source)
     try:
         cluster = Cluster.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(source, [_problem(err, lines) for err in exc.errors()]) from None
+        raise SpecError(source, [_problem(err, lines, raw) for err in exc.errors()]) from None
     try:
-        return compile_plan(cluster, source)
+        plan = compile_plan(cluster, source)
     except SpecError as exc:
         raise SpecError(source, [_with_line(p, lines) for p in exc.problems]) from None
+    from dataclasses import replace
+
+    from railyard.validate import notes
+
+    found = [_with_line(n, lines) for n in notes(plan)]
+    return replace(plan, notes=tuple(sorted(found, key=lambda p: (p.line or 0, p.path, p.message))))
 
 
-def _parse_yaml(text: str, source: str) -> tuple[Any, dict[str, int]]:
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark else None
-        what = getattr(exc, "problem", None) or str(exc)
+def _parse_yaml(text: str, source: str) -> tuple[Any, dict[str, int], dict[str, str]]:
+    """Parsed once, within the limits of :mod:`railyard.specload`."""
+    from railyard.specload import parse
+
+    parsed = parse(text, source)
+    if not isinstance(parsed.data, dict):
         raise SpecError(
-            source, [Problem("<yaml>", f"not valid YAML: {what}; fix the syntax", line)]
-        ) from None
-    if not isinstance(data, dict):
-        raise SpecError(
-            source, [Problem("<root>", "the spec must be a mapping with 'cluster', 'nodes', ...")]
+            source, [Problem("<root>", "the spec must be a mapping with 'cluster', 'nodes', ...", 1)]
         )
-    lines: dict[str, int] = {}
-    _index_lines(node, "", lines)
-    return data, lines
-
-
-def _index_lines(node: yaml.Node, path: str, out: dict[str, int]) -> None:
-    out.setdefault(path, node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            child = f"{path}.{key.value}" if path else str(key.value)
-            out[child] = key.start_mark.line + 1
-            _index_lines(value, child, out)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            _index_lines(item, f"{path}[{i}]", out)
+    return parsed.data, parsed.lines, parsed.raw
 
 
 def yaml_path(loc: tuple[Any, ...]) -> str:
@@ -552,6 +636,8 @@ def yaml_path(loc: tuple[Any, ...]) -> str:
 
 def _line_for(path: str, lines: dict[str, int]) -> int | None:
     """The line of ``path``, else of its nearest parent that is in the file."""
+    if path == "<root>":
+        return lines.get("")
     while path:
         if path in lines:
             return lines[path]
@@ -566,10 +652,55 @@ def _with_line(problem: Problem, lines: dict[str, int]) -> Problem:
     return Problem(problem.path, problem.message, _line_for(problem.path, lines))
 
 
-def _problem(err: Any, lines: dict[str, int]) -> Problem:
+# What the remaining Field(pattern=...) types mean, in words, for their messages.
+_PATTERN_WORDS = {
+    r"^[a-z][a-z0-9_]{0,39}$": "a lower-case letter, then up to 39 lower-case letters, digits or '_' (e.g. 'lab')",
+    r"^1\.\d{2}$": 'a Kubernetes minor version, in quotes (e.g. "1.34")',
+    r"^\d+\.\d+\.\d+$": 'a version x.y.z, in quotes (e.g. "0.17.0")',
+    r"^(o2ib|tcp|kfi|gni)\d*$": "an LNet network such as 'tcp0' or 'o2ib0'",
+    r"^[A-Za-z0-9_.:-]{1,15}$": "a network interface name of up to 15 characters (e.g. 'ib0')",
+    r"^[A-Za-z0-9_]{1,8}$": "a Lustre fsname: up to 8 letters, digits or '_'",
+    r"^[A-Za-z0-9._-]+@(o2ib|tcp|kfi|gni)\d*$": "a Lustre NID, address@network (e.g. '10.0.0.1@o2ib0')",
+}
+
+
+def _read_as(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, int | float):
+        return "a number"
+    if value is None:
+        return "empty (null)"
+    return f"a {type(value).__name__}"
+
+
+def _given(value: Any, raw: str | None) -> str:
+    """The value as the user typed it, where the file shows it; else a short description."""
+    if raw is not None:
+        return raw
+    if isinstance(value, dict):
+        keys = ", ".join(str(k) for k in list(value)[:4])
+        return f"a mapping ({keys}{', ...' if len(value) > 4 else ''})" if value else "an empty mapping"
+    if isinstance(value, list):
+        return f"a list of {len(value)}"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _problem(err: Any, lines: dict[str, int], raw: dict[str, str] | None = None) -> Problem:
     loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+    # pydantic adds the member of a union or an annotated type it tried; not a YAML path
+    loc = tuple(p for p in loc if not (isinstance(p, str) and (p.startswith(("constrained-", "function-"))
+                                                               or p in ("str", "int", "list[str]"))))
     path = yaml_path(loc)
     kind = err["type"]
+    value = err.get("input")
+    typed = (raw or {}).get(path)
+    quote_it = (
+        f"{typed} was read as {_read_as(value)}; write \"{typed}\" (in quotes) to give it as text"
+        if typed is not None and not isinstance(value, str)
+        else None
+    )
     if kind == "extra_forbidden":
         allowed = _fields_at(loc[:-1])
         near = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
@@ -578,13 +709,24 @@ def _problem(err: Any, lines: dict[str, int]) -> Problem:
     elif kind == "missing":
         message = f"required key '{loc[-1]}' is missing; add it"
     elif kind == "literal_error":
-        message = f"{err['input']!r} is not allowed; use one of {err['ctx']['expected']}"
+        if quote_it:
+            message = f"{quote_it}; one of {err['ctx']['expected']}"
+        else:
+            message = f"{value!r} is not allowed; use one of {err['ctx']['expected']}"
     elif kind == "string_pattern_mismatch":
-        message = f"{err['input']!r} does not match the form {err['ctx']['pattern']}"
+        pattern = err["ctx"]["pattern"]
+        expected = _PATTERN_WORDS.get(pattern)
+        message = f"{value!r} does not match the form {pattern}" + (f": write {expected}" if expected else "")
+    elif kind == "string_type" and quote_it:
+        message = quote_it
     elif kind == "value_error":
         message = str(err["ctx"]["error"])
+    elif kind in ("model_type", "model_attributes_type", "dict_type"):
+        message = f"expected a mapping (key: value), got {_given(value, typed)}"
+    elif kind == "list_type":
+        message = f"expected a list ([a, b] or '- item' lines), got {_given(value, typed)}"
     else:
-        message = f"{err['msg']} (got {err.get('input')!r})"
+        message = f"{err['msg']}; got {_given(value, typed)}"
     return Problem(path, message, _line_for(path, lines))
 
 

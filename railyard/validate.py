@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from typing import Any
 
 from railyard.compiler.fabric import Fabric, build_fabric
 from railyard.compiler.nodes import Node, hostlist_field, resolve_nodes
@@ -144,10 +145,22 @@ def _kubernetes(cluster: Cluster, nodes: list[Node], fabric: Fabric | None, prob
     _unique([q.name for q in kueue.cluster_queues], f"{base}.kueue.cluster_queues", "cluster queue", problems)
     _unique([f"{q.namespace}/{q.name}" for q in kueue.local_queues], f"{base}.kueue.local_queues", "local queue", problems)
     _unique([q.name for q in k8s.volcano.queues], f"{base}.volcano.queues", "queue", problems)
-    cqs = {q.name for q in kueue.cluster_queues}
+    _cohort_cycles(kueue.cohorts, f"{base}.kueue.cohorts", problems)
+    cqs = {q.name: q for q in kueue.cluster_queues}
     for i, lq in enumerate(kueue.local_queues):
         if lq.cluster_queue not in cqs:
             problems.append(Problem(f"{base}.kueue.local_queues[{i}].cluster_queue", f"no cluster queue named '{lq.cluster_queue}'; define it under kueue.cluster_queues"))
+            continue
+        allowed = cqs[lq.cluster_queue].namespaces
+        if allowed is not None and lq.namespace not in allowed:
+            problems.append(
+                Problem(
+                    f"{base}.kueue.local_queues[{i}].namespace",
+                    f"local queue {lq.namespace}/{lq.name} points at cluster queue '{lq.cluster_queue}', which "
+                    f"admits only namespaces {', '.join(allowed)}: this queue could never admit a job; add "
+                    f"'{lq.namespace}' to that cluster queue's namespaces or move the local queue",
+                )
+            )
 
     from railyard.compiler.kubernetes import flavor_capacity
 
@@ -189,6 +202,30 @@ def _kubernetes(cluster: Cluster, nodes: list[Node], fabric: Fabric | None, prob
             )
 
 
+def _cohort_cycles(cohorts: list, path: str, problems: list[Problem]) -> None:
+    """Kueue cohorts form a tree: a parent chain that comes back to where it started is refused."""
+    parent = {c.name: c.parent for c in cohorts}
+    index = {c.name: i for i, c in enumerate(cohorts)}
+    reported: set[str] = set()
+    for c in cohorts:
+        chain = [c.name]
+        while (nxt := parent.get(chain[-1])) is not None and nxt in parent:
+            if nxt in chain:
+                cycle = chain[chain.index(nxt):]
+                if not reported & set(cycle):
+                    reported.update(cycle)
+                    first = min(cycle, key=index.__getitem__)
+                    loop = " -> ".join([*cycle, nxt]) if len(cycle) > 1 else f"{nxt} -> {nxt}"
+                    problems.append(
+                        Problem(
+                            f"{path}[{index[first]}].parent",
+                            f"cohorts form a cycle ({loop}); Kueue cohorts are a tree: remove one parent",
+                        )
+                    )
+                break
+            chain.append(nxt)
+
+
 def _unique(names: list[str], path: str, what: str, problems: list[Problem]) -> None:
     for name, count in Counter(names).items():
         if count > 1:
@@ -228,3 +265,34 @@ def _storage(cluster: Cluster, nodes: dict[str, Node], problems: list[Problem]) 
         for b, path_b in mounts[i + 1 :]:
             if a == b or b.startswith(a.rstrip("/") + "/") or a.startswith(b.rstrip("/") + "/"):
                 problems.append(Problem(path_b, f"mount point {b} overlaps {a} ({path_a}); give each filesystem its own, disjoint mount point"))
+
+
+def notes(plan: Any) -> list[Problem]:
+    """What is allowed but worth saying: ``railyard validate`` prints these with a valid spec."""
+    out: list[Problem] = []
+    fabric = plan.fabric
+    if fabric is not None:
+        sus = fabric.groups.get("su", ())
+        sizes = Counter(len(g.nodes) for g in sus)
+        if len(sizes) > 1:
+            kind = "rail_optimized" if plan.spec.fabric.rail_optimized else "explicit"
+            shown = ", ".join(f"{g.name} {len(g.nodes)}" for g in sus[:6]) + (", ..." if len(sus) > 6 else "")
+            out.append(
+                Problem(
+                    f"fabric.{kind}",
+                    f"scalable units differ in size ({shown} nodes); allowed, but a job that asks for "
+                    f"one SU (--switches=1, a Kueue/Volcano SU) fits in at most {min(sizes)} nodes in the "
+                    "smallest",
+                )
+            )
+    nfs = plan.spec.storage.nfs
+    if nfs is not None:
+        for i, e in enumerate(nfs.exports):
+            if "no_root_squash" in e.options:
+                out.append(
+                    Problem(
+                        f"storage.nfs.exports[{i}].options",
+                        f"{e.path} is exported with no_root_squash: root on any client is root on its files",
+                    )
+                )
+    return out

@@ -162,7 +162,7 @@ CASES: list[tuple[str, Callable[[dict], None], str, str]] = [
     ("unknown-node-in-partition", _set("partitions.slurm.partitions.0.nodes", "gpu[001-005]"),
      "partitions.slurm.partitions[0].nodes", "gpu005 is not a node of this spec"),
     ("bad-hostlist", _set("partitions.slurm.partitions.0.nodes", "gpu[001-"), "partitions.slurm.partitions[0].nodes", "not a valid hostlist"),
-    ("pattern-without-index", lambda s: group(s, "gpu").update(pattern="gpu"), "nodes[2]", "has no '{index}' field"),
+    ("pattern-without-index", lambda s: group(s, "gpu").update(pattern="gpu"), "nodes[2].pattern", "is not a name with one {index} field"),
     ("names-and-pattern", lambda s: group(s, "gpu").update(names="gpu[001-004]"), "nodes[2]", "either 'names' or 'pattern'"),
     ("leaf-ports-exhausted", lambda s: rail(s).update(leaf_radix=4), "fabric.rail_optimized.leaf_radix",
      "leaf su1-rail0 (and 3 more like it) needs 5 ports (3 down, 2 up) but has 4"),

@@ -10,7 +10,7 @@ from railyard.compiler.kubernetes import KubernetesPlan, compile_kubernetes
 from railyard.compiler.nodes import Node
 from railyard.compiler.slurm import SlurmPlan, compile_slurm
 from railyard.compiler.storage import StoragePlan, compile_storage
-from railyard.errors import SpecError
+from railyard.errors import Problem, SpecError
 from railyard.spec import Cluster
 
 
@@ -23,6 +23,8 @@ class Plan:
     kubernetes: KubernetesPlan | None
     storage: StoragePlan
     inventory: Inventory
+    # Allowed but worth saying (railyard.validate.notes): printed by `railyard validate`.
+    notes: tuple[Problem, ...] = ()
 
     @property
     def name(self) -> str:

@@ -10,6 +10,7 @@ import ipaddress
 from dataclasses import dataclass
 
 from railyard.errors import Problem
+from railyard.fieldtypes import hostname_problem
 from railyard.hostlist import HostlistError, expand
 from railyard.spec import Cluster, Hardware, NodeGroup
 
@@ -90,25 +91,12 @@ def _group_names(cluster: Cluster, problems: list[Problem]) -> list[tuple[int, N
             problems.append(Problem(f"{path}.pattern", f"cannot format the pattern: {exc}"))
             names = []
         for name in names:
-            if not _valid_hostname(name):
-                problems.append(
-                    Problem(
-                        path,
-                        f"'{name}' is not a valid hostname; use lower-case letters, digits and '-'",
-                    )
-                )
+            bad = hostname_problem(name)
+            if bad:
+                problems.append(Problem(path, f"node {name!r} of group '{group.group}': {bad}"))
                 break
         out.append((gi, group, names))
     return out
-
-
-def _valid_hostname(name: str) -> bool:
-    return (
-        0 < len(name) <= 63
-        and name[0].isalpha()
-        and name[-1].isalnum()
-        and all(c.islower() or c.isdigit() or c == "-" for c in name)
-    )
 
 
 def _roles_by_node(cluster: Cluster, known: dict[str, object], problems: list[Problem]) -> dict[str, list[str]]:
@@ -222,6 +210,18 @@ def _assign_addresses(
         for name in names:
             if name in out:
                 continue
+            if group.first_address is not None and cursor in taken:
+                # A pinned range is a promise: moving a node past a taken address would
+                # renumber it silently.
+                problems.append(
+                    Problem(
+                        f"nodes[{gi}].first_address",
+                        f"{name} would get {ipaddress.IPv4Address(cursor)} from the pinned first_address "
+                        f"{group.first_address}, but that is already the address of {taken[cursor]}; pin "
+                        f"this group where its {len(names)} addresses are free, or move {taken[cursor]}",
+                    )
+                )
+                return out
             while cursor in taken:
                 cursor += 1
             if cursor > usable_hi:
