@@ -76,7 +76,7 @@ def _settings(examples: int) -> settings:
 
 # Names a user might pick, including every name railyard makes up for the upper tiers.
 TRICKY = ["spine", "core", "pod1", "pod2", "nvl1", "nvl2", "su1", "su2", "leaf", "rack-a"]
-GROUP_NAME = st.sampled_from(TRICKY) | st.from_regex(r"[a-z][a-z0-9-]{0,6}", fullmatch=True)
+GROUP_NAME = st.sampled_from(TRICKY) | st.from_regex(r"[a-z]([a-z0-9-]{0,5}[a-z0-9])?", fullmatch=True)
 RESERVED = re.compile(r"^(spine|core|pod\d+|nvl\d+)$")
 
 
