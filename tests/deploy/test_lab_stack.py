@@ -309,7 +309,11 @@ def test_injected_drift_is_found_and_remediated(stack: dict) -> None:
     up = _timed("up_remediate_s", automation.up, CLUSTER, work_dir=stack["work"], on_output=log)
     assert up.summary.result == "succeeded", log.tail()
     assert up.summary.resource_changes.get("create") == 1, up.summary.resource_changes  # kw1's container
-    assert any("re-running role munge on gpu004" in line for line in log.lines), log.tail()
+    # the roles that restore each fault ran where it was found (kw1 came back from nothing)
+    for role, host in (("munge", "gpu004"), ("slurm_login", "login1"), ("k8s_worker", "kw2"), ("kueue", "kcp1"),
+                       ("volcano", "kcp1")):
+        assert any(line.startswith(f"railyard: re-running role {role} on ") and host in line.split(" on ", 1)[1]
+                   for line in log.lines), f"role {role} was not re-run on {host}:\n{log.tail()}"
 
     kept = [f for f in faults.FAULTS if not f.remediated_by_up]
     code, doc = _drift(stack, "drift_after_up_s")

@@ -6,9 +6,13 @@ cause on the way (a stopped slurmd becomes a not-responding node once slurmctld'
 notices). The end-to-end test injects them in one batch, runs one drift check, lets
 ``railyard up`` remediate, and checks again (tests/deploy/test_lab_stack.py).
 
-The faults touch different files on different nodes, so none hides another; the one
-that restarts slurmctld runs first, before topology.conf is edited, so the controller's
-live topology stays the plan's and only the file differs.
+The faults touch different files, units and API objects, so none hides another's
+finding; the one that restarts slurmctld runs first, before topology.conf is edited, so
+the controller's live topology stays the plan's and only the file differs. One view is
+shared on purpose: with the Kueue manager stopped, the kueue role's check cannot dry-run
+kueue.yaml (its webhooks refuse), so the edited ClusterQueue is seen by the kubernetes
+layer only, and the kueue role that the stopped manager re-runs restores both. Each
+Kubernetes fault alone was also checked by hand, to be found and restored on its own.
 """
 
 from __future__ import annotations
@@ -69,6 +73,8 @@ def _files(node: str, kind: str, text: str) -> Want:
 
 
 SLURM_CONF = "/etc/slurm/slurm.conf"
+KUBECTL = "kubectl --kubeconfig /etc/kubernetes/admin.conf"  # on the control plane, as roles/k8s_control_plane writes it
+SU_LABEL = "topology.railyard.dev/su"
 
 # In injection order. gpu099 first: it restarts slurmctld, which must not load the
 # topology.conf edit that follows.
@@ -118,8 +124,14 @@ FAULTS: tuple[Fault, ...] = (
         (_files("gpu004", "secret_changed", "role munge would change a secret"),),
     ),
     Fault(
-        "pyxis.conf removed", "login1", "rm /etc/slurm/plugstack.conf.d/pyxis.conf.inactive",
-        (_files("login1", "file_missing", "login1: /etc/slurm/plugstack.conf.d/pyxis.conf.inactive is missing"),),
+        # srun, sbatch and sinfo read the login node's slurm.conf on every call, so this is
+        # felt by the next user command, Pyxis active or not (pyxis.conf.inactive, which it
+        # replaces, was read by nothing); the e2e's last srun from login1 proves it restored
+        "controller port changed on the login node", "login1",
+        f"sed -i 's/^SlurmctldPort=6817$/SlurmctldPort=6899/' {SLURM_CONF}; grep -q '^SlurmctldPort=6899$' {SLURM_CONF}\n"
+        # felt: the login node's commands no longer reach slurmctld
+        "if timeout 60 sinfo -h >/dev/null 2>&1; then echo 'sinfo still reaches slurmctld' >&2; exit 1; fi",
+        (_files("login1", "file_changed", f"login1: {SLURM_CONF} differs from the plan (1 plan line missing, 1 extra)"),),
     ),
     Fault(
         "NFS export changed", "nfs1",
@@ -145,6 +157,41 @@ FAULTS: tuple[Fault, ...] = (
         "sed 's/^10.77.0.10 ctl1[.]/10.77.0.210 ctl1./' /etc/hosts > /tmp/hosts; cat /tmp/hosts > /etc/hosts\n"
         "grep -q '^10.77.0.210 ctl1[.]' /etc/hosts",
         (_files("nfs1", "file_changed", "nfs1: /etc/hosts differs from the plan (1 plan line missing, 1 extra)"),),
+    ),
+    # The Kubernetes faults. The ClusterQueue edit comes before the Kueue manager stops:
+    # Kueue's webhooks refuse every ClusterQueue write while it is down.
+    Fault(
+        "fabric label removed from a worker", "kcp1",
+        f"{KUBECTL} label node kw2 {SU_LABEL}-\n"
+        f"test -z \"$({KUBECTL} get node kw2 -o jsonpath='{{.metadata.labels.topology\\.railyard\\.dev/su}}')\"",
+        (Want("kubernetes", "kw2", "label_missing", f"kw2: label {SU_LABEL} is missing (the plan has 'su2')"),
+         # k8s_worker applies the Node's labels from the control plane (its node.yml)
+         _files("kw2", "object_changed", "kw2: Node/kw2 on the apiserver differs from the plan")),
+    ),
+    Fault(
+        "ClusterQueue quota edited by hand", "kcp1",
+        # the JSON patch's test op makes sure it is the GPU quota that changes
+        f"{KUBECTL} patch clusterqueue gpu --type=json -p '["
+        '{"op": "test", "path": "/spec/resourceGroups/0/flavors/0/resources/2/name", "value": "nvidia.com/gpu"}, '
+        '{"op": "replace", "path": "/spec/resourceGroups/0/flavors/0/resources/2/nominalQuota", "value": "8"}'
+        "]'",
+        (Want("kubernetes", "ClusterQueue/gpu", "object_field",
+              "ClusterQueue/gpu: spec.resourceGroups[0].flavors[0].resources[2].nominalQuota is '8' in the cluster, "
+              "the plan has '4'"),),
+        # kueue's check-mode diff of kueue.yaml; not while the manager is down (the fault
+        # below): its webhooks would refuse the dry run. The stopped manager re-runs the
+        # kueue role on kcp1 as well, which re-applies kueue.yaml either way.
+        may=(_files("kcp1", "object_changed", "kcp1: ClusterQueue/gpu on the apiserver differs from the plan"),),
+    ),
+    Fault(
+        "HyperNode deleted", "kcp1", f"{KUBECTL} delete hypernodes.topology.volcano.sh su2",
+        (Want("kubernetes", "HyperNode/su2", "object_missing", "HyperNode/su2 is in the plan but not in the cluster"),
+         _files("kcp1", "object_missing", "kcp1: HyperNode/su2 is missing from the apiserver")),
+    ),
+    Fault(
+        "kubelet stopped on a worker", "kw2", "systemctl stop kubelet",
+        (Want("nodes", "kw2", "unit_inactive", "kubelet.service is inactive"),
+         _files("kw2", "service", "service kubelet is inactive")),
     ),
     Fault(
         "Kueue manager stopped", "kcp1", "systemctl stop kueue",
