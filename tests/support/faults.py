@@ -11,8 +11,9 @@ finding; the one that restarts slurmctld runs first, before topology.conf is edi
 the controller's live topology stays the plan's and only the file differs. One view is
 shared on purpose: with the Kueue manager stopped, the kueue role's check cannot dry-run
 kueue.yaml (its webhooks refuse), so the edited ClusterQueue is seen by the kubernetes
-layer only, and the kueue role that the stopped manager re-runs restores both. Each
-Kubernetes fault alone was also checked by hand, to be found and restored on its own.
+layer only, and the kueue role that the stopped manager re-runs restores both. Without
+the Kueue stop (checked by hand on a CLI lab), every Kubernetes fault is found by its
+role's check too, and `railyard up` re-runs that role for it.
 """
 
 from __future__ import annotations
