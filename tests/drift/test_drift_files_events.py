@@ -249,3 +249,19 @@ def test_kubectl_diff_without_objects_stays_a_task_change():
         "resolved_action": "ansible.builtin.command", "res": res}}
     (c,) = summarize_events([ev]).changes
     assert (c.change, c.path) == ("task", "")
+
+
+def test_kubectl_diff_recorded_on_the_lab():
+    """kubectl v1.35.4's diff of kueue.yaml, volcano.yaml and node-kw2.yaml on the lab's kcp1
+    after the e2e's quota, HyperNode and label faults (fixtures/kubernetes/kubectl_diff.txt)."""
+    from tests.drift.recorded import FIX
+
+    stdout = (FIX / "kubernetes" / "kubectl_diff.txt").read_text()
+    ev = {"event": "runner_on_ok", "event_data": {
+        "host": "kcp1", "play": "railyard: kueue", "task": "Diff against the apiserver the objects of kueue.yaml",
+        "resolved_action": "ansible.builtin.command", "res": {"changed": True, "rc": 1, "stdout": stdout}}}
+    assert [(c.change, c.path, c.plan_only, c.host_only) for c in summarize_events([ev]).changes] == [
+        ("object_modified", "ClusterQueue/gpu", 1, 1),
+        ("object_created", "HyperNode/su2", 14, 0),  # 15 lines less the server's generation
+        ("object_modified", "Node/kw2", 1, 0),
+    ]
