@@ -3,8 +3,11 @@ real-kubelet worker, Kueue, Volcano.
 
 kubectl runs on the control-plane node (``podman exec`` through testinfra) with the
 admin kubeconfig the role wrote. Expectations come from the molecule render of the lab
-plan (plan.json, kubernetes/*.yaml), never from literals here. Every Job is deleted at
-the end of its test so the tests do not depend on their order.
+plan (plan.json, kubernetes/*.yaml), except the SU each worker is in: that comes from the
+spec YAML itself, never from the compiled plan. Every placement claim (Kueue required SU,
+Volcano hard tier 1) is made where placement blind to topology would break it, next to a
+CONTROL: the same job without the constraint, asserted to run across SUs. Every Job is
+deleted at the end of its test so the tests do not depend on their order.
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ from pathlib import Path
 import pytest
 import testinfra
 import yaml
+from ClusterShell.NodeSet import NodeSet
 
+from tests.support import molecule as support
 from tests.support.topology import hypernode_nodes
-from tests.support.verify import ARTIFACTS, assert_running, journal
+from tests.support.verify import ARTIFACTS, VARIANT, assert_running, journal
 
 PLAN = json.loads((ARTIFACTS / "plan.json").read_text())
 GROUPS = PLAN["inventory_groups"]
@@ -211,6 +216,60 @@ def test_volcano_scheduler_runs_the_compiled_configuration():
 
 
 # -- scheduling ---------------------------------------------------------------------------
+# Each worker's SU as the spec YAML writes it (the variant's dict, never the compiled plan):
+# in the lab kw1 is in su1, kw2 in su2 (inventories/lab/cluster.yaml).
+SPEC_SU = {
+    n: su["name"]
+    for su in support.VARIANTS[VARIANT]()["fabric"]["rail_optimized"]["scalable_units"]
+    for n in NodeSet(su["nodes"])
+    if n in WORKERS
+}
+# The KWOK worker is made half busy (binpack then puts the control's first pod there);
+# the real kubelet's SU stays free.
+HALF_BUSY = next(n for n in WORKERS if AGENT[n] == "kwok")
+FREE_SU = next(SPEC_SU[n] for n in WORKERS if SPEC_SU[n] != SPEC_SU[HALF_BUSY])
+
+
+@pytest.fixture
+def half_busy():
+    """One GPU of the KWOK worker held by a pod bound to it (no scheduler, no queue): the
+    free GPUs are 1 in its SU and 2 in the other, so a gang of 2 x 1 GPU fits the other SU
+    alone or both SUs together."""
+    assert sorted(SPEC_SU.values()) == sorted(set(SPEC_SU.values())) and len(SPEC_SU) == 2, SPEC_SU
+    assert all(PLAN_GPUS[n] == 2 for n in WORKERS), PLAN_GPUS
+    name = "busy-gpu"
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+           "spec": {"nodeName": HALF_BUSY, "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
+                    "containers": [{"name": "c", "image": IMAGE, "imagePullPolicy": "Never",
+                                    "command": ["sleep", "3600"],
+                                    "resources": {"requests": {"cpu": "100m", "memory": "64Mi", "nvidia.com/gpu": "1"},
+                                                  "limits": {"nvidia.com/gpu": "1"}}}]}}
+    kubectl("delete", "pod", name, "--ignore-not-found", "--grace-period=0", "--force", check=False)
+    kubectl("apply", "-f", "-", stdin=json.dumps(pod))
+    took, _ = wait(lambda: get("pod", name)["status"].get("phase") == "Running", 60)
+    assert took is not None, get("pod", name)["status"]
+    yield HALF_BUSY
+    kubectl("delete", "pod", name, "--ignore-not-found", "--grace-period=0", "--force", check=False)
+
+
+def sus_of(pods: list[dict]) -> set[str]:
+    return {SPEC_SU[p["spec"]["nodeName"]] for p in pods}
+
+
+def run_kueue_job(name: str, pods: int, annotation: dict[str, str] | None = None) -> set[str]:
+    """Submit, wait until admitted and all pods Run; the SUs they run in."""
+    t0 = time.monotonic()
+    kubectl("apply", "-f", "-", stdin=job(name, pods, 1, annotation))
+    took, _ = wait(lambda: condition(workload_of(name), "Admitted").get("status") == "True", 60)
+    assert took is not None, f"{name} not admitted in 60 s: {workload_of(name)}"
+    ran, got = wait(lambda: len(p := running_pods(name)) == pods and p, 60)
+    assert ran is not None, kubectl("get", "pods", "-A", "-o", "wide").stdout
+    sus = sus_of(got)
+    print(f"{name}: {pods} x 1 GPU Running {time.monotonic() - t0:.2f} s after creation on "
+          f"{sorted(p['spec']['nodeName'] for p in got)} ({sorted(sus)})")
+    return sus
+
+
 def test_topology_aware_job_lands_in_one_scalable_unit():
     """Two pods x 1 GPU that must share one SU: admitted with a topology assignment, and
     both pods run on nodes with the same SU label."""
@@ -232,6 +291,34 @@ def test_topology_aware_job_lands_in_one_scalable_unit():
         assert len(sus) == 1, f"pods on {nodes} span SUs {sus}"
     finally:
         delete_job(name)
+
+
+def test_required_su_does_not_admit_a_job_wider_than_any_su_that_runs_unconstrained():
+    """3 x 1 GPU on idle workers of 2 GPUs, one per SU: SU required, it is not admitted,
+    Kueue says why (topology), no pods.  CONTROL, the same job unannotated: admitted, runs
+    in both SUs.  (Kueue's own unconstrained placement fills one node first when the job
+    fits one, so with one worker per SU only a job wider than a node can show a split.)"""
+    wide, control = "tas-too-wide", "tas-wide-control"
+    for n in (wide, control):
+        delete_job(n)
+    try:
+        kubectl("apply", "-f", "-", stdin=job(wide, 3, 1, {"kueue.x-k8s.io/podset-required-topology": SU_LABEL}))
+
+        def refused():
+            c = condition(workload_of(wide), "QuotaReserved")
+            return c if c.get("status") == "False" and c.get("message") else None
+
+        took, c = wait(refused, 30)
+        assert took is not None, f"{wide}: no refusal in 30 s: {workload_of(wide)}"
+        print(f"\n{wide}: 3 x 1 GPU, SU required: {c.get('reason')}: {c.get('message')}")
+        assert "topology" in c["message"], c
+        assert condition(workload_of(wide), "Admitted").get("status") != "True"
+        assert not get("pods", "-n", LQ["metadata"]["namespace"], "-l", f"batch.kubernetes.io/job-name={wide}")["items"]
+        delete_job(wide)
+        assert run_kueue_job(control, 3) == set(SPEC_SU.values())
+    finally:
+        for n in (wide, control):
+            delete_job(n)
 
 
 def test_job_over_the_quota_waits_until_quota_frees():
@@ -265,43 +352,95 @@ def test_job_over_the_quota_waits_until_quota_frees():
 VQUEUE = next(d for d in VOLCANO_DOCS if d["kind"] == "Queue")["metadata"]["name"]
 
 
-def volcano_job(name: str, pods: int, tier: int) -> str:
-    """A gang of *pods* x 1 GPU (minAvailable = pods) inside one HyperNode of *tier* or below."""
-    return json.dumps({
-        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "schedulerName": "volcano", "queue": VQUEUE, "minAvailable": pods,
-            "networkTopology": {"mode": "hard", "highestTierAllowed": tier},
-            "tasks": [{"name": "worker", "replicas": pods, "template": {"spec": {
-                "restartPolicy": "Never", "terminationGracePeriodSeconds": 1, "containers": [{
-                    "name": "train", "image": IMAGE, "imagePullPolicy": "Never", "command": ["sleep", "3600"],
-                    "resources": {"requests": {"cpu": "100m", "memory": "64Mi", "nvidia.com/gpu": "1"},
-                                  "limits": {"nvidia.com/gpu": "1"}}}]}}}],
-        },
-    })
+def volcano_job(name: str, pods: int, tier: int | None) -> str:
+    """A gang of *pods* x 1 GPU (minAvailable = pods), inside one HyperNode of *tier* or
+    below (networkTopology hard), or anywhere (*tier* None)."""
+    spec = {
+        "schedulerName": "volcano", "queue": VQUEUE, "minAvailable": pods,
+        "tasks": [{"name": "worker", "replicas": pods, "template": {"spec": {
+            "restartPolicy": "Never", "terminationGracePeriodSeconds": 1, "containers": [{
+                "name": "train", "image": IMAGE, "imagePullPolicy": "Never", "command": ["sleep", "3600"],
+                "resources": {"requests": {"cpu": "100m", "memory": "64Mi", "nvidia.com/gpu": "1"},
+                              "limits": {"nvidia.com/gpu": "1"}}}]}}}],
+    }
+    if tier is not None:
+        spec["networkTopology"] = {"mode": "hard", "highestTierAllowed": tier}
+    return json.dumps({"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+                       "metadata": {"name": name, "namespace": "default"}, "spec": spec})
 
 
-def test_volcano_places_a_hard_tier1_gang_inside_one_hypernode():
-    """vc-scheduler, as the role runs it, puts a gang that must stay in one tier-1 HyperNode
-    (an SU) on that SU's workers; the controllers made its pods and PodGroup."""
-    tier1 = {n: hn for hn, members in hypernode_nodes(VOLCANO_DOCS, 1).items() for n in members}
-    per_su = min(sum(PLAN_GPUS[n] for n in WORKERS if tier1.get(n) == hn) for hn in set(tier1.values()))
-    name, pods = "vc-hard-tier1", min(2, per_su)
-    sel = f"volcano.sh/job-name={name}"
+def delete_volcano_job(name: str) -> None:
     kubectl("delete", "jobs.batch.volcano.sh", name, "--ignore-not-found", "--wait=true", check=False)
+    kubectl("delete", "pods", "-l", f"volcano.sh/job-name={name}", "--grace-period=0", "--force",
+            "--ignore-not-found", check=False)
+
+
+def volcano_pods(name: str) -> list[dict]:
+    return get("pods", "-l", f"volcano.sh/job-name={name}")["items"]
+
+
+def run_volcano_job(name: str, pods: int, tier: int | None) -> set[str]:
+    """Create the gang, wait until all its pods Run; the SUs they run in."""
     t0 = time.monotonic()
-    kubectl("apply", "-f", "-", stdin=volcano_job(name, pods, 1))
+    kubectl("apply", "-f", "-", stdin=volcano_job(name, pods, tier))
+
+    def placed():
+        got = volcano_pods(name)
+        return len(got) == pods and all(p["status"].get("phase") == "Running" for p in got) and got
+
+    took, got = wait(placed, 90)
+    assert took is not None, (kubectl("get", "pods,podgroups", "-o", "wide").stdout + journal(CP, "vc-scheduler"))
+    sus = sus_of(got)
+    print(f"{name} (hard tier {tier}): {pods} pods Running {time.monotonic() - t0:.2f} s after creation on "
+          f"{sorted(p['spec']['nodeName'] for p in got)} ({sorted(sus)})")
+    return sus
+
+
+def test_volcano_hard_tier1_puts_a_gang_in_the_free_su_where_the_control_splits(half_busy):
+    """vc-scheduler as the role runs it, with the compiled HyperNodes (tier 1 = an SU): a
+    gang of 2 x 1 GPU with one GPU free in the half-busy SU and two in the other.  CONTROL
+    (no networkTopology): it runs in both SUs.  Hard tier 1: both pods run in the free SU."""
+    tier1 = {n: hn for hn, members in hypernode_nodes(VOLCANO_DOCS, 1).items() for n in members}
+    assert {n: tier1.get(n) for n in WORKERS} == SPEC_SU, tier1  # HyperNodes carry the spec's SUs
+    print()
+    for name, tier, want in (("vc-control", None, {SPEC_SU[half_busy], FREE_SU}),
+                             ("vc-hard-tier1", 1, {FREE_SU})):
+        delete_volcano_job(name)
+        try:
+            sus = run_volcano_job(name, 2, tier)
+        finally:
+            delete_volcano_job(name)
+        assert sus == want, (name, sus)
+
+
+def test_volcano_hard_tier1_leaves_a_gang_wider_than_any_su_pending():
+    """3 x 1 GPU on idle workers of 2 GPUs, one per SU.  Hard tier 1: the gang's pods exist,
+    none is bound, and its PodGroup says why.  CONTROL, the same gang without
+    networkTopology: it runs, in both SUs."""
+    wide, control = "vc-too-wide", "vc-wide-control"
+    for n in (wide, control):
+        delete_volcano_job(n)
     try:
-        def placed():
-            got = get("pods", "-l", sel)["items"]
-            return len(got) == pods and all(p["status"].get("phase") == "Running" for p in got) and got
-        took, got = wait(placed, 90)
-        assert took is not None, (kubectl("get", "pods,podgroups", "-o", "wide").stdout
-                                  + journal(CP, "vc-scheduler"))
-        nodes = {p["spec"]["nodeName"] for p in got}
-        print(f"\nVolcano hard tier-1 gang of {pods}: Running {time.monotonic() - t0:.2f} s after creation on {nodes}")
-        assert len({tier1[n] for n in nodes}) == 1, f"pods on {nodes} span HyperNodes {[tier1[n] for n in nodes]}"
+        kubectl("apply", "-f", "-", stdin=volcano_job(wide, 3, 1))
+
+        def unschedulable():
+            for pg in get("podgroups")["items"]:
+                if any(o.get("name") == wide for o in pg["metadata"].get("ownerReferences", [])):
+                    for c in pg.get("status", {}).get("conditions") or []:
+                        if c.get("type") == "Unschedulable" and c.get("status") == "True" and c.get("message"):
+                            return c
+            return None
+
+        took, why = wait(unschedulable, 30)
+        assert took is not None, kubectl("get", "pods,podgroups", "-o", "wide").stdout + journal(CP, "vc-scheduler")
+        time.sleep(3)  # and some more scheduling periods (1 s each)
+        pods = volcano_pods(wide)
+        bound = [p["spec"].get("nodeName") for p in pods if p["spec"].get("nodeName")]
+        print(f"\n{wide}: 3 x 1 GPU, hard tier 1: {len(pods)} pods, bound {bound}; PodGroup "
+              f"Unschedulable {why.get('reason')}: {why.get('message')}")
+        assert len(pods) == 3 and bound == [], (len(pods), bound)
+        delete_volcano_job(wide)
+        assert run_volcano_job(control, 3, None) == set(SPEC_SU.values())
     finally:
-        kubectl("delete", "jobs.batch.volcano.sh", name, "--ignore-not-found", "--wait=true", check=False)
-        kubectl("delete", "pods", "-l", sel, "--grace-period=0", "--force", "--ignore-not-found", check=False)
+        for n in (wide, control):
+            delete_volcano_job(n)
