@@ -271,8 +271,10 @@ def run_kueue_job(name: str, pods: int, annotation: dict[str, str] | None = None
 
 
 def test_topology_aware_job_lands_in_one_scalable_unit():
-    """Two pods x 1 GPU that must share one SU: admitted with a topology assignment, and
-    both pods run on nodes with the same SU label."""
+    """Admission smoke check: two pods x 1 GPU that must share one SU are admitted with a
+    topology assignment and run. It cannot fail on placement (here Kueue packs both onto one
+    worker anyway): the placement proofs are the refusal below, with its control, and the
+    required/preferred SU tests with controls in tests/test_k8s_scheduling.py."""
     name = "tas-one-su"
     delete_job(name)
     t0 = time.monotonic()
