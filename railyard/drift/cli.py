@@ -81,10 +81,10 @@ def cmd_drift(args: argparse.Namespace) -> int:
 
     timeouts = Timeouts(command=args.timeout) if args.timeout else Timeouts()
     if args.json or not sys.stderr.isatty():
-        observed = collect(plan, layers, secrets=secrets, timeouts=timeouts)
+        observed = collect(plan, layers, secrets=secrets, timeouts=timeouts, full=args.full)
     else:
         with err.status(f"checking {', '.join(layers)} of cluster {plan.name} ..."):
-            observed = collect(plan, layers, secrets=secrets, timeouts=timeouts,
+            observed = collect(plan, layers, secrets=secrets, timeouts=timeouts, full=args.full,
                                log=lambda line: err.print(f"[dim]{line}[/]"))
     if extra_errors or extra_notes:
         observed = dataclasses.replace(observed, errors=observed.errors + tuple(extra_errors),
@@ -108,6 +108,9 @@ def add_commands(subparsers: Any) -> None:
     p.add_argument("--stack", default=None,
                    help="the Pulumi stack holding the cluster's generated secrets (the munge key); "
                         "without it, roles that need one are not checked")
+    p.add_argument("--full", action="store_true",
+                   help="run every role on every host in check mode, as if no host had a baseline from an "
+                        "earlier clean check (the default checks only what moved since one)")
     p.add_argument("--timeout", type=float, default=None,
                    help="seconds one command on one host may take before the host counts as unreachable")
     p.set_defaults(func=cmd_drift)

@@ -16,6 +16,7 @@ exec`` for lab containers and ssh for the rest; a test passes a recorded one.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -343,6 +344,20 @@ class FilesRun:
     hosts: tuple[str, ...]
     roles: tuple[str, ...]
     notes: list[str] = field(default_factory=list)
+    planned: tuple[Any, ...] = ()  # the runnable PlannedPlaybooks, in order
+    secrets: Mapping[str, str] = field(default_factory=dict)
+
+    def limited(self, pairs: Mapping[str, Sequence[str]]) -> FilesRun:
+        """The same run over only ``role -> hosts`` (one play per role that has any)."""
+        from railyard.drift.files import check_playbook
+
+        plays = [(pb.role, ",".join(pairs[pb.role])) for pb in self.planned if pairs.get(pb.role)]
+        return dataclasses.replace(self, playbook=check_playbook(plays))
+
+    def key(self, pb: Any) -> str:
+        from railyard.drift.baseline import key_of
+
+        return key_of(pb.digest, {name: self.secrets.get(name, "") for _var, name in pb.secrets})
 
 
 def prepare_files(plan: Plan, root: Path, secrets: Mapping[str, str]) -> FilesRun:
@@ -374,6 +389,8 @@ def prepare_files(plan: Plan, root: Path, secrets: Mapping[str, str]) -> FilesRu
         hosts=hosts,
         roles=tuple(pb.role for pb in runnable),
         notes=notes,
+        planned=tuple(runnable),
+        secrets=dict(secrets),
     )
 
 
@@ -422,16 +439,126 @@ def run_check_mode(run: FilesRun, root: Path, timeouts: Timeouts) -> tuple[list[
     return events, (status, rc, tail)
 
 
+def baseline_path(root: Path, plan: Plan) -> Path:
+    """Where this machine keeps the cluster's drift baselines (railyard.drift.baseline)."""
+    return root / ".railyard" / "drift" / f"{plan.name}.json"
+
+
+def probe_hosts(runner: Runner, want: Mapping[str, tuple[set[str], set[str]]],
+                timeouts: Timeouts) -> dict[str, dict[str, Any]]:
+    """host -> the probe's output, one command per host, side by side; a host that does not
+    answer, or answers with something else than the probe's JSON, is left out."""
+    from railyard.drift.baseline import probe_argv
+
+    def one(host: str) -> dict[str, Any] | None:
+        paths, units = want[host]
+        try:
+            res = runner.run(host, probe_argv(paths, units), timeouts.command)
+        except HostUnreachable:
+            return None
+        if res.rc != 0:
+            return None
+        try:
+            out = json.loads(res.stdout)
+        except ValueError:
+            return None
+        return out if isinstance(out, dict) else None
+
+    if not want:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(8, len(want))) as pool:
+        got = dict(zip(want, pool.map(one, want)))
+    return {h: v for h, v in got.items() if v is not None}
+
+
+def _unchanged_pairs(run: FilesRun, store: Any, runner: Runner, timeouts: Timeouts) -> set[tuple[str, str]]:
+    """(role, host) pairs whose probe matches a baseline made under the plan's own key."""
+    from railyard.drift.baseline import Targets, fingerprint
+
+    entries: dict[tuple[str, str], dict[str, Any]] = {}
+    for pb in run.planned:
+        if pb.api_objects:
+            continue
+        key = run.key(pb)
+        for host in pb.hosts:
+            entry = store.get(pb.role, host, key)
+            if entry is not None:
+                entries[(pb.role, host)] = entry
+    want: dict[str, tuple[set[str], set[str]]] = {}
+    for (_role, host), entry in entries.items():
+        paths, units = want.setdefault(host, (set(), set()))
+        paths.update(entry["paths"])
+        units.update(entry["units"])
+    probes = probe_hosts(runner, want, timeouts)
+    same = set()
+    for (role, host), entry in entries.items():
+        probe = probes.get(host)
+        if probe is None:
+            continue
+        targets = Targets(tuple(entry["paths"]), tuple(entry["units"]))
+        if fingerprint(targets, probe) == entry["fingerprint"]:
+            same.add((role, host))
+    return same
+
+
+def _record_baselines(run: FilesRun, pairs: Mapping[str, Sequence[str]], events: list[dict[str, Any]],
+                      summary: Any, store: Any, runner: Runner, timeouts: Timeouts) -> None:
+    """After a check-mode run: a new baseline for each pair it found clean, none for the rest."""
+    from railyard.drift.baseline import fingerprint, targets_of
+    from railyard.drift.files import PLAY_PREFIX
+
+    dirty = {(c.role, c.host) for c in summary.changes} | {(f.role, f.host) for f in summary.failures}
+    gone = {u.host for u in summary.unreachable}
+    targets = targets_of(events, PLAY_PREFIX)
+    keep: dict[tuple[str, str], Any] = {}
+    for pb in run.planned:
+        for host in pairs.get(pb.role, ()):
+            t = targets.get((pb.role, host))
+            clean = (pb.role, host) not in dirty and host not in gone and host in summary.seen
+            if clean and t is not None and not t.uncacheable and not pb.api_objects:
+                keep[(pb.role, host)] = (pb, t)
+            else:
+                store.drop(pb.role, host)
+    want: dict[str, tuple[set[str], set[str]]] = {}
+    for (_role, host), (_pb, t) in keep.items():
+        paths, units = want.setdefault(host, (set(), set()))
+        paths.update(t.paths)
+        units.update(t.units)
+    probes = probe_hosts(runner, want, timeouts)
+    for (role, host), (pb, t) in keep.items():
+        print_ = fingerprint(t, probes[host]) if host in probes else None
+        if print_ is None or not t.agrees(print_):
+            store.drop(role, host)
+        else:
+            store.put(role, host, run.key(pb), t, print_)
+
+
 def collect_files(plan: Plan, *, root: Path = ROOT, secrets: Mapping[str, str] | None = None,
-                  timeouts: Timeouts = Timeouts()) -> tuple[FilesObservation, list[str]]:
+                  timeouts: Timeouts = Timeouts(), runner: Runner | None = None,
+                  full: bool = False) -> tuple[FilesObservation, list[str]]:
+    """Every planned role in check mode, except (unless ``full``) the (role, host) pairs
+    whose one-probe-per-host fingerprint still matches the baseline of the last clean
+    check under the same plan (railyard.drift.baseline)."""
+    from railyard.drift.baseline import Store
     from railyard.drift.files import summarize_events
 
     run = prepare_files(plan, root, secrets or {})
     if not run.roles:
         return FilesObservation(hosts=(), roles=()), run.notes
     notes = list(run.notes)
+    runner = runner or PlanRunner(plan)
+    store = Store.load(baseline_path(root, plan))
+    same = set() if full else _unchanged_pairs(run, store, runner, timeouts)
+    pairs = {pb.role: [h for h in pb.hosts if (pb.role, h) not in same] for pb in run.planned}
+    total = sum(len(pb.hosts) for pb in run.planned)
+    checked = sum(len(v) for v in pairs.values())
+    notes.append(f"files: {total - checked} of {total} role-host pairs unchanged since a clean check "
+                 f"(one probe per host); {checked} ran in check mode" + (" (--full)" if full else ""))
+    if not checked:
+        return FilesObservation(hosts=run.hosts, roles=run.roles), notes
+    limited = run.limited(pairs)
     for attempt in (1, 2):
-        events, (status, rc, tail) = run_check_mode(run, root, timeouts)
+        events, (status, rc, tail) = run_check_mode(limited, root, timeouts)
         if status == "timeout":
             raise CollectorError(f"ansible-playbook --check did not finish within {timeouts.files:.0f}s")
         summary = summarize_events(events)
@@ -444,6 +571,8 @@ def collect_files(plan: Plan, *, root: Path = ROOT, secrets: Mapping[str, str] |
         if rc is not None or attempt == 2:
             raise CollectorError(stopped + (" (also on the run before)" if attempt == 2 else ""))
         notes.append(f"files: {stopped}; ran it again")
+    _record_baselines(run, pairs, events, summary, store, runner, timeouts)
+    store.save()
     return FilesObservation(
         hosts=run.hosts,
         roles=run.roles,
@@ -543,6 +672,7 @@ def collect(
     secrets: Mapping[str, str] | None = None,
     timeouts: Timeouts = Timeouts(),
     log: Log = _quiet,
+    full: bool = False,
 ) -> Observed:
     """Observe the requested layers in parallel; a layer that fails becomes a CheckError."""
     unknown = [layer for layer in layers if layer not in LAYERS]
@@ -563,7 +693,8 @@ def collect(
         else:
             jobs["slurm"] = lambda: collect_slurm(plan, runner, timeouts)
     if "files" in layers:
-        jobs["files"] = lambda: collect_files(plan, root=root, secrets=secrets, timeouts=timeouts)
+        jobs["files"] = lambda: collect_files(plan, root=root, secrets=secrets, timeouts=timeouts, runner=runner,
+                                              full=full)
     if "kubernetes" in layers:
         if plan.kubernetes is None:
             notes.append("kubernetes: the spec has no Kubernetes partition")

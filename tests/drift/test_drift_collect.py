@@ -300,7 +300,10 @@ def test_check_mode_for_real_on_localhost(tmp_path):
 
 def _scripted_check_runs(monkeypatch, results):
     """collect_files with prepare_files stubbed and run_check_mode answering *results* in turn."""
-    run = FilesRun("- hosts: all\n", "inventory.json", {}, ("gpu001",), ("demo",), ["planned"])
+    from railyard.deploy.playbooks import PlannedPlaybook
+
+    demo = PlannedPlaybook("demo", "all", ("gpu001",), (), "digest", "fabric", (), {})
+    run = FilesRun("- hosts: all\n", "inventory.json", {}, ("gpu001",), ("demo",), ["planned"], (demo,))
     monkeypatch.setattr(C, "prepare_files", lambda *_a, **_k: run)
     calls = []
 
@@ -315,22 +318,28 @@ def _scripted_check_runs(monkeypatch, results):
 STATS = {"event": "playbook_on_stats", "event_data": {}}
 
 
-def test_a_check_run_killed_by_a_signal_is_run_once_more(lab_plan, monkeypatch):
+NO_PROBE = RecordedRunner({}, HostUnreachable("not asked for in this test"))
+
+
+def test_a_check_run_killed_by_a_signal_is_run_once_more(lab_plan, monkeypatch, tmp_path):
     calls = _scripted_check_runs(monkeypatch, [([], ("failed", None, "")), ([STATS], ("successful", 0, ""))])
-    obs, notes = C.collect_files(lab_plan)
+    obs, notes = C.collect_files(lab_plan, root=tmp_path, runner=NO_PROBE)
     assert len(calls) == 2
     assert obs.roles == ("demo",) and obs.changes == ()
-    assert notes == ["planned", "files: ansible-playbook --check stopped early (failed, killed by a signal); ran it again"]
+    assert notes == ["planned",
+                     ("files: 0 of 1 role-host pairs unchanged since a clean check (one probe per host); 1 ran "
+                      "in check mode"),
+                     "files: ansible-playbook --check stopped early (failed, killed by a signal); ran it again"]
 
 
-def test_a_check_run_killed_twice_or_failing_is_an_error(lab_plan, monkeypatch):
+def test_a_check_run_killed_twice_or_failing_is_an_error(lab_plan, monkeypatch, tmp_path):
     calls = _scripted_check_runs(monkeypatch, [([], ("failed", None, "")), ([], ("failed", None, "boom"))])
     with pytest.raises(C.CollectorError, match=r"killed by a signal\): boom \(also on the run before\)"):
-        C.collect_files(lab_plan)
+        C.collect_files(lab_plan, root=tmp_path, runner=NO_PROBE)
     assert len(calls) == 2
     calls = _scripted_check_runs(monkeypatch, [([], ("failed", 2, ""))])
     with pytest.raises(C.CollectorError, match=r"stopped early \(failed, exit 2\)$"):
-        C.collect_files(lab_plan)
+        C.collect_files(lab_plan, root=tmp_path, runner=NO_PROBE)
     assert len(calls) == 1  # an exit code is ansible's own answer: not run again
 
 
