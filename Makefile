@@ -4,8 +4,10 @@
 lab: setup          ## bring up the lab cluster: `pulumi up` on the lab stack
 	.venv/bin/railyard up --stack lab --yes
 
+# Two workers, a file each at a time (--dist loadfile): the e2e on the lab and the molecule
+# scenarios run side by side (tests/conftest.py sends them out first); the rest fills in.
 test: setup         ## every test, as CI runs it (closing table: where the time went)
-	RAILYARD_SETUP_SECONDS=$$(cat .railyard/setup-seconds 2>/dev/null) .venv/bin/python -m pytest
+	RAILYARD_SETUP_SECONDS=$$(cat .railyard/setup-seconds 2>/dev/null) .venv/bin/python -m pytest -n 2 --dist loadfile
 
 setup:              ## its wall time goes to the test run's closing table
 	@mkdir -p .railyard; t0=$$(date +%s); scripts/bootstrap.sh; \
