@@ -19,7 +19,7 @@ from railyard.compiler import Plan
 from railyard.compiler.inventory import to_ansible
 from railyard.spec import version_at_least
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+TEMPLATES = Path(__file__).resolve().parent / "templates"  # package data
 MARKER = ".railyard-render"
 _Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 

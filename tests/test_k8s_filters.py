@@ -87,6 +87,11 @@ def test_node_status_differs_only_on_what_railyard_sets():
               "allocatable": kubelet_status["allocatable"]}
     assert worker.k8s_node_status_differs(zeroed, node) is True  # a kubelet restart zeroed it
     assert worker.k8s_node_status_differs("", node) is True       # not registered yet
+    # node.yml's read: the two maps on two lines, as kubectl's jsonpath prints them
+    two_lines = json.dumps(kubelet_status["capacity"]) + "\n" + json.dumps(kubelet_status["allocatable"])
+    assert worker.k8s_node_status_differs(two_lines, node) is False
+    assert worker.k8s_node_status_differs(json.dumps(zeroed["capacity"]) + "\n{}", node) is True
+    assert worker.k8s_node_status_differs("\n", node) is True      # neither field set yet
     kwok = worker.k8s_node("kw1", {}, hw, {"count": 2}, "10.0.0.5")
     assert worker.k8s_node_status_differs(kwok["status"], kwok) is False
 

@@ -36,9 +36,6 @@ class Step:
     component: Component
     # extravar name -> generated secret (see program.SECRETS); values are base64
     secrets: tuple[tuple[str, str], ...] = ()
-    # Part of what the role keeps is API objects (applied through the control plane): the
-    # drift check's host probe cannot see them, so its check always runs the role.
-    api_objects: bool = False
 
 
 # Order: roles whose hosts overlap run in this order (see plan_playbooks); ``after`` adds
@@ -60,11 +57,10 @@ STEPS: tuple[Step, ...] = (
     Step("k8s_control_plane", "k8s_control_plane", ("common",), (), "kubernetes"),
     # workers register their Node through the control plane (labels from node-labels.yaml
     # reach them as host variables)
-    Step("k8s_worker", "k8s_worker", ("k8s_control_plane",), (), "kubernetes", api_objects=True),
-    Step("kueue", "k8s_control_plane", ("k8s_control_plane",), ("kubernetes/kueue.yaml",), "kubernetes",
-         api_objects=True),
+    Step("k8s_worker", "k8s_worker", ("k8s_control_plane",), (), "kubernetes"),
+    Step("kueue", "k8s_control_plane", ("k8s_control_plane",), ("kubernetes/kueue.yaml",), "kubernetes"),
     Step("volcano", "k8s_control_plane", ("k8s_control_plane",),
-         ("kubernetes/volcano.yaml", "kubernetes/volcano-scheduler.conf"), "kubernetes", api_objects=True),
+         ("kubernetes/volcano.yaml", "kubernetes/volcano-scheduler.conf"), "kubernetes"),
 )
 
 
@@ -204,7 +200,6 @@ class PlannedPlaybook:
     component: Component
     secrets: tuple[tuple[str, str], ...]
     vars: dict[str, Any]
-    api_objects: bool = False
 
 
 def group_hosts(plan: Plan, pattern: str) -> tuple[str, ...]:
@@ -287,8 +282,7 @@ def plan_playbooks(
         digest = step_digest(step, tree_digest(role_path), config_digest, artifacts, hv)
         role_vars = ROLE_VARS.get(step.role, lambda _p: {})(plan)
         planned[step.role] = PlannedPlaybook(
-            step.role, step.group, hosts, tuple(deps), digest, step.component, step.secrets, role_vars,
-            step.api_objects,
+            step.role, step.group, hosts, tuple(deps), digest, step.component, step.secrets, role_vars
         )
     return list(planned.values()), notes
 

@@ -25,9 +25,8 @@ from railyard.deploy.components import (
     declare_playbooks,
 )
 from railyard.deploy.playbooks import plan_playbooks
+from railyard.paths import ROOT
 from railyard.render import digest, render, write
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def write_artifacts(root: Path, plan: Plan, artifacts: dict[str, str]) -> Path:

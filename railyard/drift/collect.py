@@ -23,7 +23,7 @@ import shlex
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
@@ -42,8 +42,8 @@ from railyard.drift.observed import (
     UnitState,
     Unreachable,
 )
+from railyard.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 Log = Callable[[str], None]
 
 
@@ -444,16 +444,14 @@ def baseline_path(root: Path, plan: Plan) -> Path:
     return root / ".railyard" / "drift" / f"{plan.name}.json"
 
 
-def probe_hosts(runner: Runner, want: Mapping[str, tuple[set[str], set[str]]],
-                timeouts: Timeouts) -> dict[str, dict[str, Any]]:
+def probe_hosts(runner: Runner, want: Mapping[str, set[str]], timeouts: Timeouts) -> dict[str, dict[str, Any]]:
     """host -> the probe's output, one command per host, side by side; a host that does not
     answer, or answers with something else than the probe's JSON, is left out."""
     from railyard.drift.baseline import probe_argv
 
     def one(host: str) -> dict[str, Any] | None:
-        paths, units = want[host]
         try:
-            res = runner.run(host, probe_argv(paths, units), timeouts.command)
+            res = runner.run(host, probe_argv(want[host]), timeouts.command)
         except HostUnreachable:
             return None
         if res.rc != 0:
@@ -471,62 +469,58 @@ def probe_hosts(runner: Runner, want: Mapping[str, tuple[set[str], set[str]]],
     return {h: v for h, v in got.items() if v is not None}
 
 
+def _wanted(reads: Iterable[Sequence[str]]) -> dict[str, set[str]]:
+    want: dict[str, set[str]] = {}
+    for host, item in reads:
+        want.setdefault(host, set()).add(item)
+    return want
+
+
 def _unchanged_pairs(run: FilesRun, store: Any, runner: Runner, timeouts: Timeouts) -> set[tuple[str, str]]:
     """(role, host) pairs whose probe matches a baseline made under the plan's own key."""
     from railyard.drift.baseline import Targets, fingerprint
 
     entries: dict[tuple[str, str], dict[str, Any]] = {}
     for pb in run.planned:
-        if pb.api_objects:
-            continue
         key = run.key(pb)
         for host in pb.hosts:
             entry = store.get(pb.role, host, key)
             if entry is not None:
                 entries[(pb.role, host)] = entry
-    want: dict[str, tuple[set[str], set[str]]] = {}
-    for (_role, host), entry in entries.items():
-        paths, units = want.setdefault(host, (set(), set()))
-        paths.update(entry["paths"])
-        units.update(entry["units"])
-    probes = probe_hosts(runner, want, timeouts)
+    probes = probe_hosts(runner, _wanted(r for e in entries.values() for r in e["reads"]), timeouts)
     same = set()
-    for (role, host), entry in entries.items():
-        probe = probes.get(host)
-        if probe is None:
-            continue
-        targets = Targets(tuple(entry["paths"]), tuple(entry["units"]))
-        if fingerprint(targets, probe) == entry["fingerprint"]:
-            same.add((role, host))
+    for pair, entry in entries.items():
+        targets = Targets(tuple((h, i) for h, i in entry["reads"]))
+        if fingerprint(targets, probes) == entry["fingerprint"]:
+            same.add(pair)
     return same
 
 
-def _record_baselines(run: FilesRun, pairs: Mapping[str, Sequence[str]], events: list[dict[str, Any]],
-                      summary: Any, store: Any, runner: Runner, timeouts: Timeouts) -> None:
+def _record_baselines(plan: Plan, root: Path, run: FilesRun, pairs: Mapping[str, Sequence[str]],
+                      events: list[dict[str, Any]], summary: Any, store: Any, runner: Runner,
+                      timeouts: Timeouts) -> None:
     """After a check-mode run: a new baseline for each pair it found clean, none for the rest."""
-    from railyard.drift.baseline import fingerprint, targets_of
+    from railyard.drift.baseline import fingerprint, hidden_paths, targets_of
     from railyard.drift.files import PLAY_PREFIX
 
     dirty = {(c.role, c.host) for c in summary.changes} | {(f.role, f.host) for f in summary.failures}
     gone = {u.host for u in summary.unreachable}
-    targets = targets_of(events, PLAY_PREFIX)
+    by_address = {str(v.get("ansible_host")): h for h, v in plan.inventory.hostvars.items() if v.get("ansible_host")}
+    hidden = {pb.role: paths for pb in run.planned
+              if (paths := hidden_paths(root, pb.role, run.extravars)) is not None}
+    targets = targets_of(events, PLAY_PREFIX, by_address, hidden)
     keep: dict[tuple[str, str], Any] = {}
     for pb in run.planned:
         for host in pairs.get(pb.role, ()):
             t = targets.get((pb.role, host))
             clean = (pb.role, host) not in dirty and host not in gone and host in summary.seen
-            if clean and t is not None and not t.uncacheable and not pb.api_objects:
+            if clean and t is not None and t.reads and not t.uncacheable:
                 keep[(pb.role, host)] = (pb, t)
             else:
                 store.drop(pb.role, host)
-    want: dict[str, tuple[set[str], set[str]]] = {}
-    for (_role, host), (_pb, t) in keep.items():
-        paths, units = want.setdefault(host, (set(), set()))
-        paths.update(t.paths)
-        units.update(t.units)
-    probes = probe_hosts(runner, want, timeouts)
+    probes = probe_hosts(runner, _wanted(r for _pb, t in keep.values() for r in t.reads), timeouts)
     for (role, host), (pb, t) in keep.items():
-        print_ = fingerprint(t, probes[host]) if host in probes else None
+        print_ = fingerprint(t, probes)
         if print_ is None or not t.agrees(print_):
             store.drop(role, host)
         else:
@@ -571,7 +565,7 @@ def collect_files(plan: Plan, *, root: Path = ROOT, secrets: Mapping[str, str] |
         if rc is not None or attempt == 2:
             raise CollectorError(stopped + (" (also on the run before)" if attempt == 2 else ""))
         notes.append(f"files: {stopped}; ran it again")
-    _record_baselines(run, pairs, events, summary, store, runner, timeouts)
+    _record_baselines(plan, root, run, pairs, events, summary, store, runner, timeouts)
     store.save()
     return FilesObservation(
         hosts=run.hosts,

@@ -60,7 +60,13 @@ def k8s_node_status_differs(observed: dict[str, Any] | str, node: dict[str, Any]
     import json
 
     if isinstance(observed, str):
-        observed = json.loads(observed) if observed.strip() else {}
+        # node.yml reads `jsonpath={.status.capacity}{"\n"}{.status.allocatable}`: two JSON
+        # maps (or empty lines), an output that stays the same while the Node does
+        lines = observed.strip("\n").split("\n")
+        if len(lines) == 2:
+            observed = {f: json.loads(line) if line.strip() else {} for f, line in zip(("capacity", "allocatable"), lines)}
+        else:
+            observed = json.loads(observed) if observed.strip() else {}
     for field in ("capacity", "allocatable"):
         have = (observed or {}).get(field) or {}
         if any(have.get(k) != v for k, v in node.get("status", {}).get(field, {}).items()):
