@@ -127,3 +127,12 @@ def test_slurm_action_check_mode_results_name_the_file_by_item(conf):
     assert sc.slurm_action([topo]) == "reconfigure"
     assert sc.slurm_action([topo, check]) == "restart"
     assert sc.slurm_action([{"changed": True, "item": {"dest": "/etc/slurm/topology.conf"}}]) == "reconfigure"
+
+
+def test_a_new_primary_controller_beside_the_same_backup_is_a_restart():
+    """SlurmctldHost is one line per controller: only the last line used to count."""
+    old = "SlurmctldHost=ctl1(10.0.0.10)\nSlurmctldHost=ctl2(10.0.0.11)\nClusterName=lab\n"
+    new = "SlurmctldHost=ctl3(10.0.0.12)\nSlurmctldHost=ctl2(10.0.0.11)\nClusterName=lab\n"
+    assert sc.slurm_conf_change(old, new) == "restart"
+    assert sc.slurm_conf_change(old, old) == "none"
+    assert sc.slurm_conf_value(new, "SlurmctldHost") == "ctl3(10.0.0.12)\nctl2(10.0.0.11)"

@@ -105,7 +105,9 @@ def parse_slurm_conf(text: str) -> dict[str, Any]:
             records[first][name] = attrs
             continue
         for k, v in pairs:
-            keys[k.lower()] = v
+            # a key given on several lines (SlurmctldHost: the primary, then each backup)
+            # keeps every value in order, so a change to any of them is seen
+            keys[k.lower()] = f"{keys[k.lower()]}\n{v}" if k.lower() in keys else v
     return {"keys": keys, "records": records, "includes": includes}
 
 
