@@ -55,9 +55,13 @@ READ_MODULES = frozenset({"find", "stat", "slurp"})  # what the role compared be
 ACCOUNT_MODULES = frozenset({"user", "group"})
 SERVICE_MODULES = frozenset({"systemd", "systemd_service", "service"})
 COMMAND_MODULES = frozenset({"command", "shell"})
-# Results that read or derive, and change nothing the probe would have to see.
-DERIVED_MODULES = frozenset({"assert", "debug", "set_fact", "fail", "meta", "include_role", "include_tasks",
-                             "import_tasks", "import_role", "include_vars", "apt"})  # apt: the package set
+# Results that read or derive, and change nothing the probe would have to see: checks of
+# variables, includes, a certificate signed in memory from inputs the role read (slurp),
+# apt (the package set is in every fingerprint).
+DERIVED_MODULES = frozenset({
+    "assert", "debug", "set_fact", "fail", "meta", "validate_argument_spec", "include_role", "include_tasks",
+    "import_tasks", "import_role", "include_vars", "x509_certificate_pipe", "apt",
+})
 VERSION = 3
 
 # Runs on the node (python3 is there: Ansible needs it). argv[1] is a JSON list of items:
@@ -154,10 +158,17 @@ def _short(module: str) -> str:
     return module.rsplit(".", 1)[-1]
 
 
+# A task delegated to the machine that runs Ansible (the roles find their binaries and
+# packages there): the probe runs here too.
+CONTROLLER = "localhost"
+
+
 def _where(data: Mapping[str, Any], res: Mapping[str, Any], by_address: Mapping[str, str]) -> str | None:
     """The inventory host a result's action ran on: the delegate's, else the result's own."""
     delegated = res.get("_ansible_delegated_vars")
     if isinstance(delegated, Mapping) and delegated.get("ansible_host"):
+        if delegated.get("ansible_connection") == "local" or delegated["ansible_host"] in ("localhost", "127.0.0.1"):
+            return CONTROLLER
         return by_address.get(str(delegated["ansible_host"]))  # None: a host railyard does not know
     return str(data.get("host") or "")
 

@@ -447,12 +447,17 @@ def baseline_path(root: Path, plan: Plan) -> Path:
 def probe_hosts(runner: Runner, want: Mapping[str, set[str]], timeouts: Timeouts) -> dict[str, dict[str, Any]]:
     """host -> the probe's output, one command per host, side by side; a host that does not
     answer, or answers with something else than the probe's JSON, is left out."""
-    from railyard.drift.baseline import probe_argv
+    from railyard.drift.baseline import CONTROLLER, probe_argv
 
     def one(host: str) -> dict[str, Any] | None:
+        argv = probe_argv(want[host])
         try:
-            res = runner.run(host, probe_argv(want[host]), timeouts.command)
-        except HostUnreachable:
+            if host == CONTROLLER:  # what a role read on this machine (delegate_to: localhost)
+                proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeouts.command, check=False)
+                res = Result(proc.returncode, proc.stdout, proc.stderr)
+            else:
+                res = runner.run(host, argv, timeouts.command)
+        except (HostUnreachable, subprocess.TimeoutExpired):
             return None
         if res.rc != 0:
             return None

@@ -99,6 +99,10 @@ def test_targets_are_what_the_role_wrote_read_started_and_ran():
                                          "invocation": {"module_args": {"stdin": "{}"}}}),
         _ok("volcano", "kcp1", "uri", {"status": 200}),
         _ok("enroot", "gpu001", "copy", {"dest": "/etc/x", "_ansible_delegated_vars": {"ansible_host": "elsewhere"}}),
+        _ok("pyxis", "gpu002", "stat", {"invocation": {"module_args": {"path": "/var/cache/pkgs/pyxis.deb"}},
+                                        "_ansible_delegated_vars": {"ansible_host": "localhost",
+                                                                    "ansible_connection": "local"}}),
+        _ok("pyxis", "gpu002", "validate_argument_spec", {}),
         {"event": "runner_on_ok", "event_data": {"play": "someone else's play", "host": "gpu001",
                                                  "res": {"dest": "/etc/x"}}},
         {"event": "runner_on_skipped", "event_data": {"play": PLAY + "lustre_client", "host": "gpu001", "res": {}}},
@@ -121,6 +125,9 @@ def test_targets_are_what_the_role_wrote_read_started_and_ran():
     assert "cannot re-run" in t[("kueue", "kcp1")].uncacheable
     assert "module uri" in t[("volcano", "kcp1")].uncacheable
     assert "delegate" in t[("enroot", "gpu001")].uncacheable
+    # read on the machine that runs the check (the roles find their packages there)
+    assert t[("pyxis", "gpu002")].reads == (("localhost", "/var/cache/pkgs/pyxis.deb"),)
+    assert t[("pyxis", "gpu002")].uncacheable == ""
     assert ("lustre_client", "gpu001") not in t
 
 
