@@ -43,7 +43,7 @@ CLUSTER = "lab"
 SLURM_ROLES = ("common", "munge", "slurm_controller", "slurm_compute", "slurm_login")
 # Issue 5: consecutive drift checks of a clean cluster, none may report drift. The first
 # after up from clean has no baselines (every role in check mode, ~100 s on 2 cores), the
-# others probe hosts and check only what cannot be probed (~30 s); CI runs 3, the long run
+# others probe each host once and run Ansible only where something moved (~10 s); CI runs 3, the long run
 # (RAILYARD_E2E_CLEAN_CHECKS=10) is the one that catches a rare false alarm.
 CLEAN_CHECKS = int(os.environ.get("RAILYARD_E2E_CLEAN_CHECKS", "3"))
 DRIFT_CHECK_S = 240  # the time limit's share per drift check: 70-90 s alone, ~2x beside molecule runs
