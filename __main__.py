@@ -6,7 +6,7 @@ from pathlib import Path
 import pulumi
 
 from railyard.deploy.program import ROOT, program
-from railyard.spec import load_plan
+from railyard.load import load_plan
 
 spec = Path(pulumi.Config("railyard").require("spec"))
 program(load_plan(spec if spec.is_absolute() else ROOT / spec))

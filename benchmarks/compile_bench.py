@@ -54,8 +54,8 @@ def spec_text(nodes: int, slurm_share: float = 0.75) -> str:
 
 
 def one(nodes: int, repeat: int) -> dict:
+    from railyard.load import loads_plan
     from railyard.render import render
-    from railyard.spec import loads_plan
 
     text = spec_text(nodes)
     best = {}

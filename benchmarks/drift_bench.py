@@ -31,6 +31,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from railyard.apply.engine import LAB_PASSPHRASE, load_stack_plan
 from railyard.deploy import automation
 from railyard.drift.collect import collect, spec_secrets, stack_secrets
 from railyard.drift.compare import compare
@@ -99,17 +100,17 @@ def main() -> int:
     if labelled("container", STACK):
         print("a lab cluster is up; `railyard destroy --stack lab --yes` first", file=sys.stderr)
         return 1
-    os.environ.setdefault("PULUMI_CONFIG_PASSPHRASE", automation.LAB_PASSPHRASE)
+    os.environ.setdefault("PULUMI_CONFIG_PASSPHRASE", LAB_PASSPHRASE)
     points: list[tuple[int, float]] = []
     print(f"{'compute':>7} {'nodes':>5} {'up s':>6} {'check':>5} {'s':>6}  layers (s)             status")
     for size in args.sizes:
         work = prepare(size)
         os.environ["PULUMI_BACKEND_URL"] = f"file://{work / 'state'}"
         (work / "state").mkdir()
-        plan = automation.load_stack_plan(STACK, work)
+        plan = load_stack_plan(STACK, work)
         try:
             t0 = time.monotonic()
-            automation.up(STACK, remediate=False, work_dir=work, on_output=lambda _line: None)
+            automation.up(STACK, work_dir=work, on_output=lambda _line: None)
             up_s = time.monotonic() - t0
             for i in range(args.checks + 1):
                 secs, layers, status = check(plan, work, full=i == 0)

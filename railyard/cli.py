@@ -22,7 +22,7 @@ err = Console(stderr=True, highlight=False)
 
 
 def _plan(spec: str) -> Any:
-    from railyard.spec import load_plan
+    from railyard.load import load_plan
 
     return load_plan(spec)
 
@@ -181,8 +181,8 @@ def parser(full: bool = True) -> argparse.ArgumentParser:
     i.set_defaults(func=cmd_inventory)
 
     if full:
-        from railyard.deploy.automation import add_commands as add_pulumi_commands
         from railyard.drift.cli import add_commands as add_drift_commands
+        from railyard.lifecycle import add_commands as add_pulumi_commands
 
         add_pulumi_commands(sub)  # up, preview, refresh, destroy (Automation API, inline program)
         add_drift_commands(sub)

@@ -1,7 +1,7 @@
 """The cluster spec: the one file a user edits (``inventories/<env>/cluster.yaml``).
 
 Two passes: pydantic checks the shape of every field (``extra='forbid'``, types, ranges),
-then :mod:`railyard.validate` checks the rules that span fields (ports, partitions,
+then :mod:`railyard.compiler.validate` checks the rules that span fields (ports, partitions,
 addresses, quotas). Both report YAML paths with line numbers and say what to change.
 """
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import difflib
 import re
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -575,41 +574,14 @@ class Cluster(Strict):
 # ---------------------------------------------------------------- loading
 
 
-def load(path: str | Path) -> Cluster:
-    """Read, parse and validate a spec; raise :class:`SpecError` naming every problem."""
-    return load_plan(path).spec
-
-
-def loads(text: str, source: str = "<spec>") -> Cluster:
-    return loads_plan(text, source).spec
-
-
-def load_plan(path: str | Path) -> Any:
-    """Read, validate and compile in one pass: the entry point of the CLI and Pulumi."""
-    from railyard.specload import decode, read_bytes
-
-    data = read_bytes(path)
-    return loads_plan(decode(data, str(path)), source=str(path))
-
-
-def loads_plan(text: str, source: str = "<spec>") -> Any:
-    from railyard.compiler import compile as compile_plan
-
+def parse(text: str, source: str = "<spec>") -> tuple[Cluster, dict[str, int]]:
+    """Parse a spec and check each field on its own; raise :class:`SpecError` naming every
+    problem, with its line. The rules across fields are the compiler's (railyard.load)."""
     data, lines, raw = _parse_yaml(text, source)
     try:
-        cluster = Cluster.model_validate(data)
+        return Cluster.model_validate(data), lines
     except ValidationError as exc:
         raise SpecError(source, [_problem(err, lines, raw) for err in exc.errors()]) from None
-    try:
-        plan = compile_plan(cluster, source)
-    except SpecError as exc:
-        raise SpecError(source, [_with_line(p, lines) for p in exc.problems]) from None
-    from dataclasses import replace
-
-    from railyard.validate import notes
-
-    found = [_with_line(n, lines) for n in notes(plan)]
-    return replace(plan, notes=tuple(sorted(found, key=lambda p: (p.line or 0, p.path, p.message))))
 
 
 def _parse_yaml(text: str, source: str) -> tuple[Any, dict[str, int], dict[str, str]]:
@@ -648,7 +620,7 @@ def _line_for(path: str, lines: dict[str, int]) -> int | None:
     return None
 
 
-def _with_line(problem: Problem, lines: dict[str, int]) -> Problem:
+def with_line(problem: Problem, lines: dict[str, int]) -> Problem:
     return Problem(problem.path, problem.message, _line_for(problem.path, lines))
 
 

@@ -24,7 +24,7 @@ def lab(lab_dict) -> dict:
 
 @pytest.fixture(scope="session")
 def lab_plan():
-    from railyard.spec import load_plan
+    from railyard.load import load_plan
 
     return load_plan(LAB)
 

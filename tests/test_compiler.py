@@ -12,8 +12,8 @@ import yaml
 
 from railyard.compiler.storage import systemd_escape_path
 from railyard.hostlist import expand
+from railyard.load import load_plan, loads_plan
 from railyard.render import render
-from railyard.spec import load_plan, loads_plan
 from tests.conftest import EXAMPLES, ROOT
 
 PLANS = {p.parent.name: load_plan(p) for p in EXAMPLES}
@@ -225,7 +225,7 @@ def test_addresses_are_stable_when_a_pinned_group_grows(lab):
 
 
 def test_render_is_identical_across_processes_and_hash_seeds():
-    code = "import sys, json; from railyard.spec import load_plan; from railyard.render import render, digest; " \
+    code = "import sys, json; from railyard.load import load_plan; from railyard.render import render, digest; " \
            "print(digest(render(load_plan(sys.argv[1]))))"
     digests = set()
     for seed in ("0", "1", "12345"):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 from railyard.hostlist import expand
+from railyard.load import loads_plan
 from railyard.render import render
-from railyard.spec import loads_plan
 from tests.conftest import ROOT
 
 

@@ -34,8 +34,8 @@ from hypothesis import HealthCheck, assume, event, given, note, settings
 from hypothesis import strategies as st
 
 from railyard.errors import SpecError
+from railyard.load import loads_plan
 from railyard.render import render, write
-from railyard.spec import loads_plan
 from tests.support.slurmhost import SlurmHost, slurm_missing_reason
 from tests.support.topology import (
     LEVELS_TOP_DOWN,

@@ -14,7 +14,7 @@ import yaml
 
 from railyard import exitcodes
 from railyard.errors import SpecError
-from railyard.spec import load_plan, loads_plan
+from railyard.load import load_plan, loads_plan
 from railyard.specload import MAX_ALIAS_NODES, MAX_BYTES, MAX_DEPTH, parse
 from tests.conftest import LAB, ROOT
 

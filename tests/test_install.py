@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from railyard.load import load_plan
 from railyard.render import digest, render
-from railyard.spec import load_plan
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "inventories" / "lab" / "cluster.yaml"

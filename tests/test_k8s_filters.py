@@ -193,7 +193,7 @@ def test_volcano_rbac_refuses_a_missing_cluster_role():
 
 def test_volcano_rbac_reads_the_built_manifest():
     """The ClusterRoles scripts/build-k8s.sh crds cut out of upstream's installer manifest."""
-    from railyard.deploy.playbooks import lab_k8s_dir
+    from railyard.apply.playbooks import lab_k8s_dir
 
     built = lab_k8s_dir() / "manifests/volcano/roles.yaml"
     assert built.is_file(), f"{built} missing: scripts/build-k8s.sh crds (scripts/bootstrap.sh runs it) makes it"

@@ -21,8 +21,8 @@ LAB = ROOT / "inventories/lab/cluster.yaml"
 
 @pytest.fixture(scope="module")
 def conf() -> str:
+    from railyard.load import load_plan
     from railyard.render import render
-    from railyard.spec import load_plan
 
     return render(load_plan(LAB))["slurm/slurm.conf"]
 

@@ -14,8 +14,8 @@ import yaml
 
 from railyard.errors import SpecError
 from railyard.hostlist import expand
+from railyard.load import loads_plan
 from railyard.render import render, write
-from railyard.spec import loads_plan
 from tests.conftest import ROOT
 from tests.support.slurmhost import SlurmHost, slurm_missing_reason
 from tests.support.topology import expected_topology

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from railyard.errors import SpecError
-from railyard.spec import loads_plan
+from railyard.load import loads_plan
 
 
 def group(spec: dict, name: str) -> dict:

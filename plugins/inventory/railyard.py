@@ -34,7 +34,7 @@ class InventoryModule(BaseInventoryPlugin):
         try:
             from railyard.compiler.inventory import to_script
             from railyard.errors import SpecError
-            from railyard.spec import load_plan
+            from railyard.load import load_plan
         except ImportError as exc:
             raise AnsibleParserError(f"railyard is not importable by this Ansible's Python: {exc}") from exc
         try:

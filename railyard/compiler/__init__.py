@@ -10,6 +10,7 @@ from railyard.compiler.kubernetes import KubernetesPlan, compile_kubernetes
 from railyard.compiler.nodes import Node
 from railyard.compiler.slurm import SlurmPlan, compile_slurm
 from railyard.compiler.storage import StoragePlan, compile_storage
+from railyard.compiler.validate import check
 from railyard.errors import Problem, SpecError
 from railyard.spec import Cluster
 
@@ -23,7 +24,7 @@ class Plan:
     kubernetes: KubernetesPlan | None
     storage: StoragePlan
     inventory: Inventory
-    # Allowed but worth saying (railyard.validate.notes): printed by `railyard validate`.
+    # Allowed but worth saying (railyard.compiler.validate.notes): printed by `railyard validate`.
     notes: tuple[Problem, ...] = ()
 
     @property
@@ -36,8 +37,6 @@ class Plan:
 
 def compile(cluster: Cluster, source: str = "<spec>") -> Plan:
     """Compile a spec. Raises :class:`SpecError` if the spec breaks a cross-field rule."""
-    from railyard.validate import check
-
     nodes, fabric, problems = check(cluster)
     if problems:
         raise SpecError(source, problems)

@@ -14,14 +14,14 @@ from typing import Any
 
 import pulumi
 
+from railyard.apply import machines
+from railyard.apply.playbooks import PlannedPlaybook
+from railyard.apply.secrets import resolve_output
 from railyard.compiler import Plan
-from railyard.deploy import machines
-from railyard.deploy.playbooks import PlannedPlaybook
 from railyard.deploy.providers.key import Key
 from railyard.deploy.providers.network import Network
 from railyard.deploy.providers.node import Node
 from railyard.deploy.providers.playbook import Playbook
-from railyard.deploy.secrets import resolve_output
 from railyard.drivers import PodmanNode, RedfishNode, to_props
 
 MUNGE_KEY_BYTES = 1024  # what `mungekey` makes by default

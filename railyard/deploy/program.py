@@ -6,14 +6,13 @@ and as the Automation API's inline program (:mod:`railyard.deploy.automation`).
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import pulumi
 
+from railyard.apply.artifacts import write_artifacts
+from railyard.apply.playbooks import plan_playbooks
 from railyard.compiler import Plan
 from railyard.compiler.inventory import container_name
 from railyard.deploy.components import (
@@ -24,29 +23,8 @@ from railyard.deploy.components import (
     SlurmPartition,
     declare_playbooks,
 )
-from railyard.deploy.playbooks import plan_playbooks
 from railyard.paths import ROOT
-from railyard.render import digest, render, write
-
-
-def write_artifacts(root: Path, plan: Plan, artifacts: dict[str, str]) -> Path:
-    """Rendered artifacts in a directory named by their digest: written once, never changed.
-
-    Playbooks read them there, so a preview of another spec can never change what a
-    running or later playbook of this one reads.
-    """
-    base = root / ".railyard" / "artifacts"
-    out = base / f"{plan.name}-{digest(artifacts)[:16]}"
-    if not out.exists():
-        base.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=base))
-        tmp.rmdir()
-        write(artifacts, tmp)
-        try:
-            os.rename(tmp, out)
-        except OSError:  # another run wrote the same digest first: same content
-            shutil.rmtree(tmp, ignore_errors=True)
-    return out
+from railyard.render import render
 
 
 def login_command(plan: Plan) -> str | None:

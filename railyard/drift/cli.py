@@ -31,7 +31,7 @@ def parse_layers(text: str) -> tuple[str, ...]:
 
 
 def _stack_note(stack: str, spec: str) -> str | None:
-    from railyard.deploy.automation import stack_spec
+    from railyard.apply.engine import stack_spec
     from railyard.drift.collect import ROOT
 
     try:
@@ -53,7 +53,7 @@ def cmd_drift(args: argparse.Namespace) -> int:
     )
     from railyard.drift.compare import compare
     from railyard.drift.render import renderer_for
-    from railyard.spec import load_plan
+    from railyard.load import load_plan
 
     try:
         layers = parse_layers(args.layers)

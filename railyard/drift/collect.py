@@ -89,7 +89,7 @@ class PlanRunner:
     """``podman exec`` into lab containers, ssh to every other node (redfish ones too)."""
 
     def __init__(self, plan: Plan) -> None:
-        from railyard.deploy.machines import node_spec
+        from railyard.apply.machines import node_spec
         from railyard.drivers import PodmanNode, SshNode
 
         self._argv: dict[str, Callable[[Sequence[str]], list[str]]] = {}
@@ -149,7 +149,7 @@ def expected_units(plan: Plan, roles: Sequence[str]) -> dict[str, tuple[tuple[st
     a role picks at run time (kernel nfsd or nfs-ganesha) and Lustre mounts (the lab has
     no Lustre server to mount from).
     """
-    from railyard.deploy.playbooks import group_hosts
+    from railyard.apply.playbooks import group_hosts
 
     units: dict[str, list[tuple[str, str, str]]] = {}
 
@@ -177,7 +177,7 @@ def expected_units(plan: Plan, roles: Sequence[str]) -> dict[str, tuple[tuple[st
             for unit in ("vc-scheduler", "vc-controller-manager"):
                 add(cp, f"{unit}.service", "active", "volcano")
         if "k8s_worker" in roles:  # the role's node agent
-            from railyard.deploy.playbooks import k8s_worker_agent
+            from railyard.apply.playbooks import k8s_worker_agent
 
             for unit in ("containerd", "kubelet") if k8s_worker_agent(plan) == "kubelet" else ("kwok",):
                 add(workers, f"{unit}.service", "active", "k8s_worker")
@@ -266,7 +266,7 @@ def collect_slurm(plan: Plan, runner: Runner, timeouts: Timeouts = Timeouts()) -
 
 def _observe_one(plan: Plan, name: str, runner: Runner, units: tuple[tuple[str, str, str], ...],
                  timeouts: Timeouts) -> NodeObservation:
-    from railyard.deploy.machines import node_spec
+    from railyard.apply.machines import node_spec
     from railyard.drivers import PodmanNode, RedfishNode, driver_for
 
     node = plan.node(name)
@@ -295,7 +295,7 @@ def _with_bmc_password(plan: Plan, group_index: int, spec: Any) -> Any:
     """Redfish needs the BMC password; env: and file: references resolve here."""
     from dataclasses import replace
 
-    from railyard.deploy.secrets import parse_ref, resolve
+    from railyard.apply.secrets import parse_ref, resolve
 
     bmc = plan.spec.nodes[group_index].provision.bmc
     assert bmc is not None
@@ -362,8 +362,8 @@ class FilesRun:
 
 def prepare_files(plan: Plan, root: Path, secrets: Mapping[str, str]) -> FilesRun:
     """The roles to check and their variables: the Pulumi program's own planning."""
-    from railyard.deploy.playbooks import plan_playbooks
-    from railyard.deploy.program import write_artifacts
+    from railyard.apply.artifacts import write_artifacts
+    from railyard.apply.playbooks import plan_playbooks
     from railyard.drift.files import check_playbook
     from railyard.render import render
 
@@ -399,7 +399,7 @@ def run_check_mode(run: FilesRun, root: Path, timeouts: Timeouts) -> tuple[list[
     Events stay in memory (never on disk: no_log or not)."""
     import ansible_runner
 
-    from railyard.deploy.playbooks import runner_settings
+    from railyard.apply.playbooks import runner_settings
 
     events: list[dict[str, Any]] = []
 
@@ -586,7 +586,7 @@ def collect_files(plan: Plan, *, root: Path = ROOT, secrets: Mapping[str, str] |
 
 def stack_secrets(stack: str, root: Path = ROOT) -> dict[str, str]:
     """The stack's generated secrets by purpose (``munge`` -> base64), from its state."""
-    from railyard.deploy.automation import engine_env, pulumi_bin
+    from railyard.apply.engine import engine_env, pulumi_bin
 
     bin_dir = pulumi_bin()
     env = {**os.environ, **engine_env(stack, bin_dir)}
@@ -620,7 +620,7 @@ def secrets_from_deployment(state: Mapping[str, Any]) -> dict[str, str]:
 
 def spec_secrets(plan: Plan) -> dict[str, str]:
     """Secrets the spec references directly (env:, file:), which need no stack."""
-    from railyard.deploy.secrets import parse_ref, resolve
+    from railyard.apply.secrets import parse_ref, resolve
 
     out: dict[str, str] = {}
     slurm = plan.spec.partitions.slurm

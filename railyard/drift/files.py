@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from railyard.deploy.playbooks import STRATEGY
+from railyard.apply.playbooks import STRATEGY
 from railyard.drift.observed import FileChange, TaskFailure, Unreachable
 
 SAMPLE_LINES = 3

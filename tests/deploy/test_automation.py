@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from railyard import lifecycle
+from railyard.apply import engine
 from railyard.deploy import automation
 from railyard.errors import SpecError
 from tests.conftest import LAB, ROOT
@@ -28,7 +30,7 @@ def test_a_spec_error_stops_before_anything(tmp_path: Path, monkeypatch: pytest.
         raise AssertionError("the engine was looked for: the spec error came too late")
 
     monkeypatch.setattr(automation, "pulumi_bin", no_engine)
-    for verb in (automation.up, automation.preview, automation.refresh):
+    for verb in (lifecycle.up, automation.up, automation.preview, automation.refresh):
         with pytest.raises(SpecError) as exc:
             verb("lab", work_dir=work)
         assert "nothing was applied" in str(exc.value)
@@ -40,10 +42,10 @@ def test_the_cli_verbs_raise_spec_errors_for_the_cli_to_report(tmp_path: Path, m
     """railyard.cli.main turns a SpecError into its report (and exit 1)."""
     bad = tmp_path / "bad.yaml"
     bad.write_text(LAB.read_text().replace("  domain: lab.railyard.test\n", ""))
-    monkeypatch.setattr(automation, "stack_spec", lambda stack, work_dir: bad)
+    monkeypatch.setattr(engine, "stack_spec", lambda stack, work_dir: bad)
     monkeypatch.setattr(automation, "pulumi_bin", lambda: pytest.fail("the engine was looked for"))
     parser = argparse.ArgumentParser()
-    automation.add_commands(parser.add_subparsers(dest="command"))
+    lifecycle.add_commands(parser.add_subparsers(dest="command"))
     for argv in (["up", "--yes"], ["preview"], ["refresh", "--yes"]):
         args = parser.parse_args(argv)
         with pytest.raises(SpecError, match="required key 'domain' is missing"):
@@ -52,7 +54,7 @@ def test_the_cli_verbs_raise_spec_errors_for_the_cli_to_report(tmp_path: Path, m
 
 def test_commands_and_flags() -> None:
     parser = argparse.ArgumentParser()
-    automation.add_commands(parser.add_subparsers(dest="command"))
+    lifecycle.add_commands(parser.add_subparsers(dest="command"))
     assert parser.parse_args(["preview", "--expect-no-changes"]).expect_no_changes
     assert parser.parse_args(["refresh", "--stack", "x", "--yes", "--expect-no-changes"]).stack == "x"
     up = parser.parse_args(["up", "--yes", "--refresh"])
@@ -61,23 +63,23 @@ def test_commands_and_flags() -> None:
 
 
 def test_stack_spec_and_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert automation.stack_spec("lab", ROOT) == ROOT / "inventories" / "lab" / "cluster.yaml"
+    assert engine.stack_spec("lab", ROOT) == ROOT / "inventories" / "lab" / "cluster.yaml"
     monkeypatch.delenv("PULUMI_BACKEND_URL", raising=False)
-    assert automation.backend_dir(ROOT) == ROOT / ".pulumi-state"
+    assert engine.backend_dir(ROOT) == ROOT / ".pulumi-state"
     monkeypatch.setenv("PULUMI_BACKEND_URL", f"file://{tmp_path}/state")
-    assert automation.backend_dir(ROOT) == tmp_path / "state"
-    with pytest.raises(automation.AutomationError, match="no Pulumi.nope.yaml"):
-        automation.stack_spec("nope", ROOT)
+    assert engine.backend_dir(ROOT) == tmp_path / "state"
+    with pytest.raises(engine.AutomationError, match="no Pulumi.nope.yaml"):
+        engine.stack_spec("nope", ROOT)
 
 
 def test_lab_passphrase_default_only_for_lab(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PULUMI_CONFIG_PASSPHRASE", raising=False)
     monkeypatch.delenv("PULUMI_CONFIG_PASSPHRASE_FILE", raising=False)
-    env = automation.engine_env("lab", Path("/opt/pulumi/bin"))
+    env = engine.engine_env("lab", Path("/opt/pulumi/bin"))
     assert env["PULUMI_CONFIG_PASSPHRASE"] == "railyard-lab"
     assert env["PATH"].startswith("/opt/pulumi/bin:")
-    with pytest.raises(automation.AutomationError, match="PULUMI_CONFIG_PASSPHRASE"):
-        automation.engine_env("prod", Path("/opt/pulumi/bin"))
+    with pytest.raises(engine.AutomationError, match="PULUMI_CONFIG_PASSPHRASE"):
+        engine.engine_env("prod", Path("/opt/pulumi/bin"))
 
 
 def test_committed_lab_stack_settings() -> None:

@@ -28,12 +28,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from railyard import lifecycle
+from railyard.apply.engine import LAB_PASSPHRASE
+from railyard.apply.playbooks import LAB_IMAGE, plan_playbooks
 from railyard.deploy import automation
-from railyard.deploy.playbooks import LAB_IMAGE, plan_playbooks
 from railyard.drift.model import Finding
 from railyard.drivers.podman import cleanup, labelled
+from railyard.load import load_plan
 from railyard.render import render
-from railyard.spec import load_plan
 from tests.conftest import LAB, ROOT
 from tests.support import faults
 from tests.support.topology import expected_topology, observed_topology
@@ -85,7 +87,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     mp = pytest.MonkeyPatch()
     mp.setenv("PULUMI_BACKEND_URL", f"file://{tmp / 'state'}")
     mp.setenv("PULUMI_HOME", str(tmp / "pulumi-home"))
-    mp.setenv("PULUMI_CONFIG_PASSPHRASE", automation.LAB_PASSPHRASE)
+    mp.setenv("PULUMI_CONFIG_PASSPHRASE", LAB_PASSPHRASE)
     # Kept where pytest's temp-dir rotation cannot remove it (other runs rotate those).
     log_path = ROOT / ".railyard" / "e2e" / "lab-stack.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -123,7 +125,7 @@ def _timed(name: str, fn, *args, **kwargs):
 @pytest.mark.timeout(1800)  # the module's set-up, then every node and role from nothing
 def test_up_from_clean(stack: dict) -> None:
     log = stack["log"]
-    result = _timed("up_from_clean_s", automation.up, CLUSTER, work_dir=stack["work"], on_output=log)
+    result = _timed("up_from_clean_s", lifecycle.up, CLUSTER, work_dir=stack["work"], on_output=log)
     assert result.summary.result == "succeeded", log.tail()
     plan = load_plan(LAB)
     for node in plan.nodes:
@@ -245,7 +247,7 @@ def test_node_removed_by_hand_comes_back(stack: dict) -> None:
     assert any("gpu003: gone" in line for line in log.lines)
     # refresh already saw the node gone: this step is Pulumi's own recovery, without the
     # drift check `railyard up` runs first (test_injected_drift_is_found_and_remediated has it)
-    up = _timed("up_one_node_back_s", automation.up, CLUSTER, remediate=False, work_dir=stack["work"],
+    up = _timed("up_one_node_back_s", lifecycle.up, CLUSTER, remediate=False, work_dir=stack["work"],
                 on_output=log)
     assert up.summary.resource_changes.get("create") == 1, up.summary.resource_changes
     after = _podman("inspect", "--format", "{{.Id}}", "railyard-lab-gpu003").stdout.strip()
@@ -265,7 +267,7 @@ def test_interrupted_up_converges(stack: dict) -> None:
     script = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from railyard.deploy import automation as a\n"
+        "from railyard import lifecycle as a\n"
         "sys.exit(a._run(lambda: a.up('lab', refresh=True, remediate=False, work_dir=Path(sys.argv[1]))))\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", script, str(stack["work"])], cwd=ROOT,
@@ -281,7 +283,7 @@ def test_interrupted_up_converges(stack: dict) -> None:
     for line in rest.splitlines():
         log(line)
     assert proc.returncode != 0, "the interrupted up should not report success"
-    up = _timed("up_after_interrupt_s", automation.up, CLUSTER, refresh=True, remediate=False,
+    up = _timed("up_after_interrupt_s", lifecycle.up, CLUSTER, refresh=True, remediate=False,
                 work_dir=stack["work"], on_output=log)
     assert up.summary.result == "succeeded", log.tail()
     for name in gone:
@@ -307,7 +309,7 @@ def test_injected_drift_is_found_and_remediated(stack: dict) -> None:
     for f in found:
         assert f.fix, f"{f.line}: no fix said"
 
-    up = _timed("up_remediate_s", automation.up, CLUSTER, work_dir=stack["work"], on_output=log)
+    up = _timed("up_remediate_s", lifecycle.up, CLUSTER, work_dir=stack["work"], on_output=log)
     assert up.summary.result == "succeeded", log.tail()
     assert up.summary.resource_changes.get("create") == 1, up.summary.resource_changes  # kw1's container
     # the roles that restore each fault ran where it was found (kw1 came back from nothing)

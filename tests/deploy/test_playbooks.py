@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from railyard.deploy.playbooks import (
+from railyard.apply.playbooks import (
     STEPS,
     Progress,
     changed_hosts,
@@ -16,8 +16,8 @@ from railyard.deploy.playbooks import (
     playbook_yaml,
     podman_overrides,
 )
+from railyard.load import load_plan
 from railyard.render import render
-from railyard.spec import load_plan
 from tests.conftest import ROOT
 
 

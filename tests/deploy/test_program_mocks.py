@@ -16,8 +16,8 @@ import pytest
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc
 
-from railyard.deploy.playbooks import STEPS
-from railyard.spec import load_plan
+from railyard.apply.playbooks import STEPS
+from railyard.load import load_plan
 from tests.conftest import LAB, ROOT
 
 SECRET_SIG = rpc._special_secret_sig

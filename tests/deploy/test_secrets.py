@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from railyard.deploy.secrets import SecretRefError, config_key, parse_ref, resolve
+from railyard.apply.secrets import SecretRefError, config_key, parse_ref, resolve
 
 
 def test_env_and_file(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from railyard.deploy.playbooks import PlannedPlaybook
+from railyard.apply.playbooks import PlannedPlaybook
 from railyard.drift import collect as C
 from railyard.drift.baseline import Store, Targets, fingerprint, key_of, probe_argv, targets_of
 from railyard.drift.collect import FilesRun, HostUnreachable, Result

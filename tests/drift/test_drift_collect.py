@@ -263,7 +263,7 @@ def test_prepare_files_plans_what_pulumi_plans(lab_plan, tmp_path):
     assert [p["roles"] for p in plays] == [[role] for role in run.roles]
     assert plays[0] == {"name": "railyard: common", "hosts": "all", "gather_facts": False,
                         "strategy": "mitogen_free", "roles": ["common"], "ignore_errors": True}
-    from railyard.deploy.playbooks import STEPS
+    from railyard.apply.playbooks import STEPS
 
     (munge_var,) = [var for step in STEPS if step.role == "munge" for var, _name in step.secrets]
     assert munge_var not in run.extravars
@@ -300,7 +300,7 @@ def test_check_mode_for_real_on_localhost(tmp_path):
 
 def _scripted_check_runs(monkeypatch, results):
     """collect_files with prepare_files stubbed and run_check_mode answering *results* in turn."""
-    from railyard.deploy.playbooks import PlannedPlaybook
+    from railyard.apply.playbooks import PlannedPlaybook
 
     demo = PlannedPlaybook("demo", "all", ("gpu001",), (), "digest", "fabric", (), {})
     run = FilesRun("- hosts: all\n", "inventory.json", {}, ("gpu001",), ("demo",), ["planned"], (demo,))

@@ -27,7 +27,7 @@ UP = "`railyard up --stack drift`"
 
 @pytest.fixture(scope="module")
 def plan():
-    from railyard.spec import load_plan
+    from railyard.load import load_plan
 
     return load_plan(LIVE / "cluster.yaml")
 

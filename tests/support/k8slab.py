@@ -133,7 +133,7 @@ def kwok_nodes(spec: Path, render_dir: Path) -> list[dict[str, Any]]:
     """Nodes for the plan's Kubernetes workers: compiled labels + the spec's capacity."""
     sys.path.insert(0, str(REPO))
     from railyard.compiler import compile as compile_plan
-    from railyard.spec import load
+    from railyard.load import load
 
     plan = compile_plan(load(spec), str(spec))
     labels = yaml.safe_load((render_dir / "kubernetes/node-labels.yaml").read_text()) or {}

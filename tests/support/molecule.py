@@ -99,7 +99,7 @@ VARIANTS = {
 
 def compiled(variant: str = "lab"):
     """The variant's Plan, from railyard's own compiler (no re-derivation)."""
-    from railyard.spec import loads_plan
+    from railyard.load import loads_plan
 
     spec = VARIANTS[variant]()
     return loads_plan(yaml.safe_dump(spec, sort_keys=False), source=f"<molecule:{variant}>")

@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 import pulumi
 from pulumi.dynamic import CheckFailure, CreateResult, ReadResult, Resource, UpdateResult
 
-from railyard.deploy.playbooks import (
+from railyard.apply.playbooks import (
     Progress,
     changed_hosts,
     playbook_yaml,
