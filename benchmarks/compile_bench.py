@@ -123,7 +123,7 @@ def main() -> None:
         table.add_row(str(r["nodes"]), str(r["switches"]), str(r["artifacts"]),
                       *(f"{r[f'{p}_s']:.3f}" for p in PHASES), f"{r['total_s']:.3f}",
                       f"{r['total_s'] / r['nodes'] * 1000:.3f}", f"{r['peak_rss_mb']:.0f}")
-    Console().print(table)
+    Console(width=160).print(table)
     for size, secs, mb in ((4096, 1.0, 300), (16384, 2.0, 400)):
         r = next((r for r in rows if r["nodes"] == size), None)
         if r:

@@ -299,6 +299,7 @@ def _derive_groups(
     tier_of = {s.name: s.tier for s in switches}
     label = {s.name: s.group for s in switches}
     by_name = {s.name: s for s in switches}
+    index = {s.name: i for i, s in enumerate(switches)}  # groups come in switch order
     up: dict[str, list[str]] = defaultdict(list)  # lower end -> upper switches
     for lo, hi, _ in links:
         up[lo].append(hi)
@@ -342,7 +343,7 @@ def _derive_groups(
             )
         level = LEVEL_OF_TIER[tier]
         tier_groups = []
-        for root in sorted(comps, key=lambda r: _first_index(comps[r], switches)):
+        for root in sorted(comps, key=lambda r: min(index[m] for m in comps[r])):
             members = comps[root]
             labels = sorted({label[m] for m in members if label[m]})
             if len(labels) > 1:
@@ -457,11 +458,6 @@ def _describe(at: tuple[str, str | None], name: str) -> str:
     if path:
         return f"the {LEVEL_WORDS[level]} at {path}"
     return f"the {LEVEL_WORDS[level]} railyard names '{name}'"
-
-
-def _first_index(members: list[str], switches: list[FabricSwitch]) -> int:
-    index = {s.name: i for i, s in enumerate(switches)}
-    return min(index[m] for m in members)
 
 
 def _nvlink(

@@ -81,10 +81,12 @@ def compile_inventory(
     # Which rendered units (storage/units/<unit>) each client host gets, by type: a spec
     # may mount different filesystems on different nodes.
     mounts_of: dict[str, dict[str, list[str]]] = {}
+    clients: dict[str, set[str]] = {"nfs_client": set(), "lustre_client": set()}
     for mount in storage.mounts:
         for host in mount.clients:
             group = "nfs_client" if mount.type == "nfs" else "lustre_client"
-            if host not in groups.get(group, []):
+            if host not in clients[group]:
+                clients[group].add(host)
                 add(group, host)
             mounts_of.setdefault(host, {}).setdefault(mount.type, []).append(mount.unit)
     if slurm is not None:
