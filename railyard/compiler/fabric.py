@@ -318,8 +318,12 @@ def _derive_groups(
         uf = _UnionFind()
         for s in tier_switches:
             uf.find(s)
-        for _name, members, _nodes in below:
-            reach = [hi for m in members for hi in up.get(m, ()) if tier_of.get(hi) == tier]
+        # the switches of this tier each member of the tier below reaches, each once
+        reached = [
+            list(dict.fromkeys(hi for m in members for hi in up.get(m, ()) if tier_of.get(hi) == tier))
+            for _name, members, _nodes in below
+        ]
+        for reach in reached:
             uf.union(reach)
         comps: dict[str, list[str]] = defaultdict(list)
         for s in tier_switches:
@@ -328,12 +332,11 @@ def _derive_groups(
         children: dict[str, list[str]] = defaultdict(list)
         nodes: dict[str, list[str]] = defaultdict(list)
         orphans = []
-        for name, members, member_nodes in below:
-            reach = {uf.find(hi) for m in members for hi in up.get(m, ()) if tier_of.get(hi) == tier}
+        for (name, _members, member_nodes), reach in zip(below, reached, strict=True):
             if not reach:
                 orphans.append(name)
                 continue
-            root = next(iter(reach))
+            root = uf.find(reach[0])  # union() made everything it reaches one component
             children[root].append(name)
             nodes[root].extend(member_nodes)
         if orphans:
