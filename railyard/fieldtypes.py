@@ -30,6 +30,8 @@ def _show(value: str) -> str:
 
 
 def _bad_char(value: str, allowed: str) -> str | None:
+    if re.fullmatch(f"(?:{allowed})*", value):  # the common case: one match, not one per character
+        return None
     for ch in value:
         if not re.match(allowed, ch):
             return repr(ch) if ch.isprintable() and ch != " " else f"{ch!r} ({'a space' if ch == ' ' else 'a control character'})"

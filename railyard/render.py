@@ -16,7 +16,7 @@ import jinja2
 import yaml
 
 from railyard.compiler import Plan
-from railyard.compiler.inventory import to_ansible
+from railyard.compiler.inventory import split_vars, to_ansible
 from railyard.spec import version_at_least
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"  # package data
@@ -168,17 +168,16 @@ def _storage(plan: Plan, out: dict[str, str]) -> None:
         out["storage/lustre.conf"] = _template("storage/lnet.conf.j2", header=header, st=st)
 
 
-CONNECTION_VARS = ("ansible_connection", "ansible_host", "ansible_user", "ansible_python_interpreter")
-
-
-def _ansible_vars(plan: Plan, cluster_vars: dict[str, Any], out: dict[str, str]) -> None:
-    """host_vars/group_vars without connection settings, for any inventory (molecule's too)."""
+def _ansible(plan: Plan, cluster_vars: dict[str, Any], out: dict[str, str]) -> None:
+    """The inventory with each host's own variables; group_vars/<group>.json with those a
+    whole group shares (compiler.inventory.split_vars), all.json with the cluster's."""
+    group_vars, host_vars = split_vars(plan.inventory)
     out["ansible/group_vars/all.json"] = json.dumps(
         {**cluster_vars, "railyard_hosts": [{"name": n.name, "address": n.address} for n in plan.nodes]}, indent=1
     ) + "\n"
-    for host, hv in plan.inventory.hostvars.items():
-        mine = {k: v for k, v in hv.items() if k not in CONNECTION_VARS}
-        out[f"ansible/host_vars/{host}.json"] = json.dumps(mine, indent=1, sort_keys=True) + "\n"
+    for group, gv in group_vars.items():
+        out[f"ansible/group_vars/{group}.json"] = json.dumps(gv, indent=1, sort_keys=True) + "\n"
+    out["ansible/inventory.json"] = json.dumps(to_ansible(plan.inventory, cluster_vars, host_vars), indent=1) + "\n"
     domain = plan.spec.cluster.domain
     lines = [line_safe(f"{n.address} {n.name}.{domain} {n.name}") for n in plan.nodes]
     out["common/hosts"] = _header(plan) + "\n" + "\n".join(lines) + "\n"
@@ -223,10 +222,9 @@ def render(plan: Plan) -> dict[str, str]:
     _kubernetes(plan, out)
     _storage(plan, out)
     cluster_vars = {"railyard_cluster": plan.name, "railyard_domain": plan.spec.cluster.domain}
-    _ansible_vars(plan, cluster_vars, out)
     # JSON, which Ansible's yaml inventory plugin reads as well: 10x faster to write at
     # thousands of hosts than PyYAML, and a machine format anyway.
-    out["ansible/inventory.json"] = json.dumps(to_ansible(plan.inventory, cluster_vars), indent=1) + "\n"
+    _ansible(plan, cluster_vars, out)
     out["plan.json"] = json.dumps(plan_summary(plan), indent=1, sort_keys=True) + "\n"
     return dict(sorted(out.items()))
 

@@ -127,6 +127,25 @@ def test_the_spec_is_an_ansible_inventory():
     assert json.loads(host.stdout)["railyard_address"] == "10.77.0.12"
 
 
+@pytest.mark.parametrize("name", ["lab", "dgx-h100"])
+def test_rendered_inventory_gives_each_host_the_plans_variables(tmp_path, name):
+    """What Ansible merges for each host from the rendered inventory (host entries, all.json,
+    group_vars of shared variables) is the plan's host variables, nothing more or less."""
+    from railyard.load import load_plan
+    from railyard.render import render, write
+
+    plan = load_plan(ROOT / "inventories" / name / "cluster.yaml")
+    write(render(plan), tmp_path / "out")
+    res = subprocess.run([str(BIN / "ansible-inventory"), "-i", str(tmp_path / "out/ansible/inventory.json"), "--list"],
+                         capture_output=True, text=True, cwd=ROOT, check=True)
+    merged = json.loads(res.stdout)["_meta"]["hostvars"]
+    cluster = {"railyard_cluster": plan.name, "railyard_domain": plan.spec.cluster.domain,
+               "railyard_hosts": [{"name": n.name, "address": n.address} for n in plan.nodes]}
+    assert sorted(merged) == sorted(plan.inventory.hostvars)
+    for host, hv in plan.inventory.hostvars.items():
+        assert merged[host] == {**hv, **cluster}, host
+
+
 def test_ansible_inventory_reports_spec_errors(tmp_path):
     bad = tmp_path / "cluster.yaml"
     bad.write_text(LAB.read_text().replace("leaf_radix: 8", "leaf_radix: 4"))

@@ -299,3 +299,35 @@ def test_explicit_unnamed_groups_are_listed_so_slurm_reads_them(lab):
     lab["fabric"] = {"link_speed": "400G", "explicit": {"switches": switches, "links": links}}
     plan = loads_plan(yaml.safe_dump(lab))
     assert plan.slurm.switches[-1].switches == "lf1-0,lf2-0"
+
+
+@pytest.mark.parametrize("name", sorted(PLANS))
+def test_group_vars_give_every_host_exactly_its_variables(name):
+    """The rendered layout (inventory.json + group_vars/<group>.json) gives each host
+    exactly plan.inventory.hostvars[host], each variable from one place only."""
+    from railyard.compiler.inventory import members, split_vars
+
+    inv = PLANS[name].inventory
+    group_vars, host_vars = split_vars(inv)
+    groups_of: dict[str, list[str]] = {}
+    for group, hosts in members(inv).items():
+        for h in hosts:
+            groups_of.setdefault(h, []).append(group)
+    for host, want in inv.hostvars.items():
+        sources = [host_vars[host], *(group_vars.get(g, {}) for g in groups_of.get(host, []))]
+        keys = [k for src in sources for k in src]
+        assert len(keys) == len(set(keys)), f"{host}: a variable from two places"
+        assert {k: v for src in sources for k, v in src.items()} == want
+    assert group_vars, "nothing shared: every variable stayed with its host"
+
+
+def test_what_a_group_shares_is_written_once():
+    """dgx-h100: hardware and GPUs of the compute nodes in their group, the fabric in each SU."""
+    out = render(PLANS["dgx-h100"])
+    assert not [p for p in out if p.startswith("ansible/host_vars/")]
+    compute = json.loads(out["ansible/group_vars/slurm_compute.json"])
+    assert compute["railyard_gpus"]["count"] == 8 and "railyard_hardware" in compute
+    assert json.loads(out["ansible/group_vars/fabric_su1.json"])["railyard_fabric"]["su"] == "su1"
+    hosts = json.loads(out["ansible/inventory.json"])["all"]["hosts"]
+    some = PLANS["dgx-h100"].slurm.compute[0]
+    assert "railyard_address" in hosts[some] and "railyard_gpus" not in hosts[some]

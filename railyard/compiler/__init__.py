@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from railyard.compiler.fabric import Fabric
@@ -23,13 +24,17 @@ class Plan:
     slurm: SlurmPlan | None
     kubernetes: KubernetesPlan | None
     storage: StoragePlan
-    inventory: Inventory
     # Allowed but worth saying (railyard.compiler.validate.notes): printed by `railyard validate`.
     notes: tuple[Problem, ...] = ()
 
     @property
     def name(self) -> str:
         return self.spec.cluster.name
+
+    @functools.cached_property
+    def inventory(self) -> Inventory:
+        """Built when first read: `railyard validate` checks a spec without it."""
+        return compile_inventory(self.spec, list(self.nodes), self.fabric, self.slurm, self.kubernetes, self.storage)
 
     def node(self, name: str) -> Node:
         return next(n for n in self.nodes if n.name == name)
@@ -43,5 +48,4 @@ def compile(cluster: Cluster, source: str = "<spec>") -> Plan:
     slurm = compile_slurm(cluster, nodes, fabric)
     k8s = compile_kubernetes(cluster, nodes, fabric)
     storage = compile_storage(cluster, nodes)
-    inventory = compile_inventory(cluster, nodes, fabric, slurm, k8s, storage)
-    return Plan(cluster, tuple(nodes), fabric, slurm, k8s, storage, inventory)
+    return Plan(cluster, tuple(nodes), fabric, slurm, k8s, storage)

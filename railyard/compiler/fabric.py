@@ -299,6 +299,7 @@ def _derive_groups(
     tier_of = {s.name: s.tier for s in switches}
     label = {s.name: s.group for s in switches}
     by_name = {s.name: s for s in switches}
+    index = {s.name: i for i, s in enumerate(switches)}  # groups come in switch order
     up: dict[str, list[str]] = defaultdict(list)  # lower end -> upper switches
     for lo, hi, _ in links:
         up[lo].append(hi)
@@ -317,8 +318,12 @@ def _derive_groups(
         uf = _UnionFind()
         for s in tier_switches:
             uf.find(s)
-        for _name, members, _nodes in below:
-            reach = [hi for m in members for hi in up.get(m, ()) if tier_of.get(hi) == tier]
+        # the switches of this tier each member of the tier below reaches, each once
+        reached = [
+            list(dict.fromkeys(hi for m in members for hi in up.get(m, ()) if tier_of.get(hi) == tier))
+            for _name, members, _nodes in below
+        ]
+        for reach in reached:
             uf.union(reach)
         comps: dict[str, list[str]] = defaultdict(list)
         for s in tier_switches:
@@ -327,12 +332,11 @@ def _derive_groups(
         children: dict[str, list[str]] = defaultdict(list)
         nodes: dict[str, list[str]] = defaultdict(list)
         orphans = []
-        for name, members, member_nodes in below:
-            reach = {uf.find(hi) for m in members for hi in up.get(m, ()) if tier_of.get(hi) == tier}
+        for (name, _members, member_nodes), reach in zip(below, reached, strict=True):
             if not reach:
                 orphans.append(name)
                 continue
-            root = next(iter(reach))
+            root = uf.find(reach[0])  # union() made everything it reaches one component
             children[root].append(name)
             nodes[root].extend(member_nodes)
         if orphans:
@@ -342,7 +346,7 @@ def _derive_groups(
             )
         level = LEVEL_OF_TIER[tier]
         tier_groups = []
-        for root in sorted(comps, key=lambda r: _first_index(comps[r], switches)):
+        for root in sorted(comps, key=lambda r: min(index[m] for m in comps[r])):
             members = comps[root]
             labels = sorted({label[m] for m in members if label[m]})
             if len(labels) > 1:
@@ -457,11 +461,6 @@ def _describe(at: tuple[str, str | None], name: str) -> str:
     if path:
         return f"the {LEVEL_WORDS[level]} at {path}"
     return f"the {LEVEL_WORDS[level]} railyard names '{name}'"
-
-
-def _first_index(members: list[str], switches: list[FabricSwitch]) -> int:
-    index = {s.name: i for i, s in enumerate(switches)}
-    return min(index[m] for m in members)
 
 
 def _nvlink(

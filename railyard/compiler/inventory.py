@@ -81,10 +81,12 @@ def compile_inventory(
     # Which rendered units (storage/units/<unit>) each client host gets, by type: a spec
     # may mount different filesystems on different nodes.
     mounts_of: dict[str, dict[str, list[str]]] = {}
+    clients: dict[str, set[str]] = {"nfs_client": set(), "lustre_client": set()}
     for mount in storage.mounts:
         for host in mount.clients:
             group = "nfs_client" if mount.type == "nfs" else "lustre_client"
-            if host not in groups.get(group, []):
+            if host not in clients[group]:
+                clients[group].add(host)
                 add(group, host)
             mounts_of.setdefault(host, {}).setdefault(mount.type, []).append(mount.unit)
     if slurm is not None:
@@ -135,8 +137,53 @@ def compile_inventory(
     )
 
 
-def to_ansible(inv: Inventory, cluster_vars: dict[str, Any]) -> dict[str, Any]:
-    """The YAML inventory format (``ansible-inventory -i inventory.yaml``)."""
+# Per host in the inventory file: where and how Ansible connects (deploy's podman
+# connection override reads them there, railyard.apply.playbooks.podman_overrides).
+CONNECTION_VARS = ("ansible_connection", "ansible_host", "ansible_user", "ansible_python_interpreter")
+
+
+def members(inv: Inventory) -> dict[str, tuple[str, ...]]:
+    """Hosts of every group, parent groups (slurm, kubernetes) included."""
+    out = dict(inv.groups)
+    for parent, kids in inv.children.items():
+        out[parent] = tuple(h for kid in kids for h in inv.groups[kid])
+    return out
+
+
+def split_vars(inv: Inventory) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """``(group_vars, host_vars)``: each host variable that is the same for every host of a
+    group moves to that group, the largest such group first.
+
+    A host gets every variable from exactly one place (one group, or itself): a group
+    takes a variable only if none of its hosts has it from a group already, so Ansible's
+    precedence between groups, and between groups and hosts, never decides a value, and
+    each host's merged variables are ``inv.hostvars[host]``. Groups of one host and the
+    connection variables are left alone."""
+    hosts_of = members(inv)
+    hostvars = inv.hostvars
+    grouped: dict[str, dict[str, Any]] = {}
+    placed: dict[str, set[str]] = {}  # variable -> hosts that get it from a group
+    for group in sorted(hosts_of, key=lambda g: (-len(hosts_of[g]), g)):
+        hosts = hosts_of[group]
+        if len(hosts) < 2:
+            continue
+        for key, value in hostvars[hosts[0]].items():
+            taken = placed.setdefault(key, set())
+            if key in CONNECTION_VARS or not taken.isdisjoint(hosts):
+                continue
+            if all(key in hostvars[h] and hostvars[h][key] == value for h in hosts):
+                grouped.setdefault(group, {})[key] = value
+                taken.update(hosts)
+    own = {
+        host: {k: v for k, v in hv.items() if host not in placed.get(k, ())}
+        for host, hv in hostvars.items()
+    }
+    return dict(sorted(grouped.items())), own
+
+
+def to_ansible(inv: Inventory, cluster_vars: dict[str, Any], host_vars: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The YAML inventory format (``ansible-inventory -i inventory.yaml``); ``host_vars``
+    are the variables written with each host (the rest are in group_vars files)."""
     child_groups: dict[str, Any] = {}
     nested = {c for cs in inv.children.values() for c in cs}
     for group, hosts in inv.groups.items():
@@ -147,7 +194,7 @@ def to_ansible(inv: Inventory, cluster_vars: dict[str, Any]) -> dict[str, Any]:
     return {
         "all": {
             "vars": cluster_vars,
-            "hosts": {h: hv for h, hv in inv.hostvars.items()},
+            "hosts": host_vars,
             "children": child_groups,
         }
     }

@@ -182,9 +182,10 @@ def _assign_addresses(
 
     # Explicit per-node addresses first, so automatic ones flow around them.
     for gi, group, names in groups:
+        members = set(names)
         for name, addr in sorted(group.addresses.items()):
             path = f"nodes[{gi}].addresses.{name}"
-            if name not in names:
+            if name not in members:
                 problems.append(Problem(path, f"'{name}' is not a node of group '{group.group}'; fix the name"))
                 continue
             if not inside(addr):

@@ -110,8 +110,11 @@ def gpu_devices(gpus: Gpus) -> str:
 def _by_hardware(nodes: list[Node]) -> list[tuple[Hardware, list[str]]]:
     """Nodes with identical hardware, in spec order, so each gets one folded line."""
     out: dict[str, tuple[Hardware, list[str]]] = {}
+    keys: dict[int, str] = {}  # the nodes of a group share one Hardware: dump it once
     for n in nodes:
-        key = n.hardware.model_dump_json()
+        key = keys.get(id(n.hardware))
+        if key is None:
+            key = keys[id(n.hardware)] = n.hardware.model_dump_json()
         out.setdefault(key, (n.hardware, []))[1].append(n.name)
     return list(out.values())
 

@@ -9,7 +9,8 @@ so molecule renders the lab spec with ONLY ``network.management.cidr`` moved
 ``python -m tests.support.molecule prepare [--variant lab]`` is the shared dependency step
 (.config/molecule/config.yml runs it before ``create``):
 
-* renders the variant into ``.railyard/molecule/<variant>/artifacts`` (gitignored);
+* renders the variant into ``.railyard/molecule/<variant>/artifacts`` (gitignored), with
+  one host_vars file per host for the converge playbooks (:func:`write_host_vars`);
 * creates the podman network :data:`NETWORK` with the variant's subnet (molecule's podman
   driver cannot set a subnet, so platforms join it with ``--network`` in ``extra_opts``
   and the driver never creates or deletes it);
@@ -112,7 +113,24 @@ def render(variant: str = "lab", out: Path | None = None) -> Path:
     plan = compiled(variant)
     out = out or artifacts_dir(variant)
     rrender.write(rrender.render(plan), out)
+    write_host_vars(plan, out)
     return out
+
+
+def write_host_vars(plan: Any, out: Path) -> None:
+    """``ansible/host_vars/<host>.json``: each host's variables from the plan, but how to
+    connect (molecule connects to its containers).
+
+    Molecule's inventory is its own, so the rendered inventory's group_vars never reach
+    it: the converge playbooks load a host's variables with ``vars_files`` from this one
+    file (see any converge.yml), which holds exactly what the rendered inventory gives the
+    host (railyard.compiler.inventory.split_vars). Written after the render, next to it."""
+    from railyard.compiler.inventory import CONNECTION_VARS
+
+    (out / "ansible" / "host_vars").mkdir(parents=True, exist_ok=True)
+    for host, hv in plan.inventory.hostvars.items():
+        mine = {k: v for k, v in hv.items() if k not in CONNECTION_VARS}
+        (out / "ansible" / "host_vars" / f"{host}.json").write_text(json.dumps(mine, indent=1, sort_keys=True) + "\n")
 
 
 def plan_summary(variant: str = "lab") -> dict[str, Any]:

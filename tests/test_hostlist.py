@@ -1,0 +1,43 @@
+"""railyard.hostlist's short cuts give what ClusterShell's NodeSet gives, name for name."""
+
+from __future__ import annotations
+
+import pytest
+from ClusterShell.NodeSet import NodeSet
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from railyard.hostlist import HostlistError, expand, fold
+
+prefixes = st.sampled_from(["gpu", "n", "", "su1-rail", "a.b-", "x_", "lf3-", "login"])
+numbers = st.integers(0, 3000).flatmap(lambda i: st.sampled_from([str(i), f"{i:03d}", f"{i:05d}"]))
+suffixes = st.sampled_from(["", "-ib", "x", "-0"])
+names = st.lists(st.builds(lambda p, n, s: f"{p}{n}{s}", prefixes, numbers, suffixes), min_size=1, max_size=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(names)
+def test_fold_is_clustershells(ns: list[str]) -> None:
+    assert fold(ns) == str(NodeSet.fromlist(ns))
+
+
+@settings(max_examples=300, deadline=None)
+@given(prefixes, st.lists(st.integers(0, 500), min_size=1, max_size=20), st.sampled_from([0, 3]), suffixes)
+def test_expand_one_range_is_clustershells(prefix: str, ints: list[int], pad: int, suffix: str) -> None:
+    chunk = f"{prefix}[{','.join(f'{i:0{pad}d}' for i in ints)}]{suffix}"
+    assert expand(chunk) == list(NodeSet(chunk))
+
+
+def test_expand_keeps_the_written_order_across_commas() -> None:
+    assert expand("gpu[003-004],kw1,gpu[001-002]") == ["gpu003", "gpu004", "kw1", "gpu001", "gpu002"]
+    assert expand("su[1-2]-rail[0-1]") == ["su1-rail0", "su1-rail1", "su2-rail0", "su2-rail1"]
+
+
+@pytest.mark.parametrize("bad", ["gpu[0001-16384]", "gpu[3-1]", "gpu[1-2"])
+def test_a_bad_range_is_worded_as_clustershell_words_it(bad: str) -> None:
+    with pytest.raises(HostlistError, match="is not a valid hostlist") as exc:
+        expand(bad)
+    try:
+        NodeSet(bad)
+    except Exception as cs:  # noqa: BLE001 - whichever error ClusterShell raises
+        assert str(cs) in str(exc.value)
