@@ -28,7 +28,7 @@ def rail_network_name(cluster: str, leaf: str) -> str:
 
 
 def podman_nodes(plan: Plan) -> list[Node]:
-    return [n for n in plan.nodes if plan.spec.nodes[n.group_index].provision.driver == "podman"]
+    return [n for n in plan.nodes if n.provision.driver == "podman"]
 
 
 def gateway(plan: Plan) -> str:
@@ -67,7 +67,7 @@ def lab_networks(plan: Plan) -> list[NetworkSpec]:
 
 def node_spec(plan: Plan, node: Node) -> NodeSpec:
     """The driver spec of a node. Redfish passwords are left empty: the program fills them in."""
-    provision = plan.spec.nodes[node.group_index].provision
+    provision = node.provision
     cluster = plan.name
     if provision.driver == "ssh":
         return SshNode(name=node.name, cluster=cluster, address=node.address, user=provision.ssh_user)

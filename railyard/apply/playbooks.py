@@ -64,10 +64,6 @@ STEPS: tuple[Step, ...] = (
 )
 
 
-def is_lab(plan: Plan) -> bool:
-    return all(g.provision.driver == "podman" for g in plan.spec.nodes)
-
-
 def _package(plan: Plan, which: str) -> dict[str, Any] | None:
     spec = plan.spec
     owner = spec.storage.lustre if which == "lustre" else getattr(spec.partitions.slurm, which, None)
@@ -76,7 +72,7 @@ def _package(plan: Plan, which: str) -> dict[str, Any] | None:
 
 
 def _package_vars(prefix: str, which: str) -> Callable[[Plan], dict[str, Any]]:
-    return lambda p: {f"{prefix}_package": _package(p, which), f"{prefix}_package_required": not is_lab(p)}
+    return lambda p: {f"{prefix}_package": _package(p, which), f"{prefix}_package_required": not p.is_lab}
 
 
 # The Kubernetes release scripts/build-k8s.sh builds for the lab (its K8S_VERSION); the
@@ -89,7 +85,7 @@ LAB_IMAGE = "localhost/railyard/busybox:1"
 def k8s_worker_agent(plan: Plan) -> str:
     """What runs pods on the plan's Kubernetes workers: the lab's real kubelets, or KWOK
     where the kubelet's release install is not written yet (roles/k8s_worker)."""
-    return "kubelet" if is_lab(plan) else "kwok"
+    return "kubelet" if plan.is_lab else "kwok"
 
 
 def lab_k8s_dir() -> Path:
@@ -104,7 +100,7 @@ def _k8s_vars(role: str) -> Callable[[Plan], dict[str, Any]]:
 
     def make(plan: Plan) -> dict[str, Any]:
         versions = plan.spec.cluster.versions
-        lab = is_lab(plan)
+        lab = plan.is_lab
         d = lab_k8s_dir()
         if role == "k8s_control_plane":
             out: dict[str, Any] = {"k8s_control_plane_install_source": "binaries" if lab else "release"}

@@ -36,6 +36,11 @@ class Plan:
         """Built when first read: `railyard validate` checks a spec without it."""
         return compile_inventory(self.spec, list(self.nodes), self.fabric, self.slurm, self.kubernetes, self.storage)
 
+    @property
+    def is_lab(self) -> bool:
+        """Every node is a podman container on this machine (the lab), none is real."""
+        return all(n.provision.driver == "podman" for n in self.nodes)
+
     def node(self, name: str) -> Node:
         return next(n for n in self.nodes if n.name == name)
 

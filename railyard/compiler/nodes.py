@@ -7,12 +7,12 @@ what is built. Problems are collected, never raised one at a time.
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from railyard.errors import Problem
 from railyard.fieldtypes import hostname_problem
 from railyard.hostlist import HostlistError, expand
-from railyard.spec import Cluster, Hardware, NodeGroup
+from railyard.spec import Cluster, Hardware, NodeGroup, Provision
 
 # Roles a node can hold. A node's partition follows from them: slurm_* -> "slurm",
 # k8s_* -> "kubernetes"; storage roles belong to no partition.
@@ -29,6 +29,7 @@ class Node:
     address: str
     hardware: Hardware
     roles: tuple[str, ...]
+    provision: Provision = field(default_factory=Provision)  # how railyard reaches it: driver, ssh user, BMC
 
     @property
     def partition(self) -> str | None:
@@ -161,6 +162,7 @@ def resolve_nodes(cluster: Cluster) -> tuple[list[Node], list[Problem]]:
                     address=addresses.get(name, ""),
                     hardware=group.hardware,
                     roles=tuple(sorted(roles.get(name, []))),
+                    provision=group.provision,
                 )
             )
     _check_partitions(nodes, problems)

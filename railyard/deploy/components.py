@@ -90,7 +90,7 @@ class Fabric(pulumi.ComponentResource):
             if isinstance(spec, PodmanNode):
                 deps = [self.networks[a.network] for a in spec.attachments]
             if isinstance(spec, RedfishNode):
-                bmc = plan.spec.nodes[node.group_index].provision.bmc
+                bmc = node.provision.bmc
                 assert bmc is not None
                 props["bmc"]["password"] = resolve_output(bmc.password.ref)
             ctx.nodes[node.name] = Node(node.name, props, pulumi.ResourceOptions(parent=self, depends_on=deps))

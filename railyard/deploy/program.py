@@ -31,9 +31,9 @@ def login_command(plan: Plan) -> str | None:
     if plan.slurm is None or not plan.slurm.login:
         return None
     login = plan.node(plan.slurm.login[0])
-    if plan.spec.nodes[login.group_index].provision.driver == "podman":
+    if login.provision.driver == "podman":
         return f"podman exec -it {container_name(plan.name, login.name)} bash"
-    user = plan.spec.nodes[login.group_index].provision.ssh_user
+    user = login.provision.ssh_user
     return f"ssh {user}@{login.address}"
 
 
@@ -76,7 +76,7 @@ def program(plan: Plan, root: Path = ROOT, remediate: dict[str, tuple[str, ...]]
     pulumi.export("login_command", login_command(plan))
     pulumi.export("nodes", [
         {"name": n.name, "address": n.address, "partition": n.partition, "roles": list(n.roles),
-         "driver": plan.spec.nodes[n.group_index].provision.driver}
+         "driver": n.provision.driver}
         for n in plan.nodes
     ])
     pulumi.export("partitions", {

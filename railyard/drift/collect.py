@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from railyard.compiler import Plan
+from railyard.compiler.nodes import Node
 from railyard.drift.model import LAYERS, CheckError
 from railyard.drift.observed import (
     FilesObservation,
@@ -100,7 +101,7 @@ class PlanRunner:
             if isinstance(spec, PodmanNode):
                 self._argv[node.name] = lambda a, c=spec.container: ["podman", "exec", c, *a]
             else:
-                user = plan.spec.nodes[node.group_index].provision.ssh_user
+                user = node.provision.ssh_user
                 ssh = spec if isinstance(spec, SshNode) else SshNode(node.name, plan.name, node.address, user)
                 self._argv[node.name] = lambda a, s=ssh: _ssh(s, a)
 
@@ -274,7 +275,7 @@ def _observe_one(plan: Plan, name: str, runner: Runner, units: tuple[tuple[str, 
     handle = spec.container if isinstance(spec, PodmanNode) else (
         spec.bmc.address if isinstance(spec, RedfishNode) else f"{spec.user}@{spec.address}")
     if isinstance(spec, RedfishNode):
-        spec = _with_bmc_password(plan, node.group_index, spec)
+        spec = _with_bmc_password(node, spec)
     state = driver_for(spec).observe(spec)
     services: tuple[UnitState, ...] = ()
     reachable = state.reachable
@@ -291,13 +292,13 @@ def _observe_one(plan: Plan, name: str, runner: Runner, units: tuple[tuple[str, 
     return NodeObservation(name, spec.driver, handle, state.exists, state.power, reachable, detail, services)
 
 
-def _with_bmc_password(plan: Plan, group_index: int, spec: Any) -> Any:
+def _with_bmc_password(node: Node, spec: Any) -> Any:
     """Redfish needs the BMC password; env: and file: references resolve here."""
     from dataclasses import replace
 
     from railyard.apply.secrets import parse_ref, resolve
 
-    bmc = plan.spec.nodes[group_index].provision.bmc
+    bmc = node.provision.bmc
     assert bmc is not None
     kind, _ = parse_ref(bmc.password.ref)
     if kind == "pulumi":

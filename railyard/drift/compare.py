@@ -35,15 +35,11 @@ OUT_OF_SERVICE = (
 )
 
 
-def _is_lab(plan: Plan) -> bool:
-    return all(g.provision.driver == "podman" for g in plan.spec.nodes)
-
-
 class _Fix:
     """The commands a fix names, for this stack."""
 
     def __init__(self, plan: Plan, stack: str | None) -> None:
-        name = stack or ("lab" if _is_lab(plan) else "<stack>")
+        name = stack or ("lab" if plan.is_lab else "<stack>")
         self.up = f"`railyard up --stack {name}`"
         self.refresh = f"`railyard up --stack {name} --refresh`"
 
