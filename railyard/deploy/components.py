@@ -10,11 +10,12 @@ waits for nfs_client).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pulumi
 
-from railyard.apply import machines
+from railyard.apply import machines, roles
 from railyard.apply.playbooks import PlannedPlaybook
 from railyard.apply.secrets import resolve_output
 from railyard.compiler import Plan
@@ -25,7 +26,6 @@ from railyard.deploy.providers.playbook import Playbook
 from railyard.drivers import PodmanNode, RedfishNode, to_props
 
 MUNGE_KEY_BYTES = 1024  # what `mungekey` makes by default
-K8S_API_PORT = 6443  # roles/k8s_control_plane/defaults: k8s_control_plane_api_port
 
 
 @dataclass
@@ -153,10 +153,11 @@ class KubernetesPartition(pulumi.ComponentResource):
         k = ctx.plan.kubernetes
         assert k is not None
         cp = k.control_plane[0]
+        api_port = roles.default(Path(ctx.root), "k8s_control_plane", "k8s_control_plane_api_port")
         self.summary: dict[str, Any] = {
             "control_plane": list(k.control_plane),
             "workers": list(k.workers),
-            "api_server": ctx.nodes[cp].address.apply(lambda a: f"https://{a}:{K8S_API_PORT}"),
+            "api_server": ctx.nodes[cp].address.apply(lambda a, port=api_port: f"https://{a}:{port}"),
             # root-only on the control-plane node; names cert files, holds no key
             "admin_kubeconfig": f"{cp}:/etc/kubernetes/admin.conf",
             "cluster_queues": [o["metadata"]["name"] for o in k.kueue if o["kind"] == "ClusterQueue"],

@@ -293,22 +293,14 @@ def hidden_paths(root: Path, role: str, variables: Mapping[str, Any]) -> tuple[s
     """The paths a role's hidden (``no_log``) tasks write, from ``meta/railyard.yml``'s
     ``drift.hidden_paths`` (role variable names), resolved through ``variables`` and then
     the role's defaults; None when the role lists none or one does not resolve to a path."""
-    import yaml
+    from railyard.apply import roles
 
-    def load(rel: str) -> dict[str, Any]:
-        try:
-            doc = yaml.safe_load((root / "roles" / role / rel).read_text())
-        except (OSError, yaml.YAMLError):
-            return {}
-        return doc if isinstance(doc, dict) else {}
-
-    names = (load("meta/railyard.yml").get("drift") or {}).get("hidden_paths")
+    names = (roles.facts(root, role).get("drift") or {}).get("hidden_paths")
     if not isinstance(names, list) or not names:
         return None
-    defaults = load("defaults/main.yml")
     out = []
     for name in names:
-        value = variables.get(name, defaults.get(name))
+        value = variables.get(name, roles.defaults(root, role).get(name))
         if not isinstance(value, str) or not value.startswith("/") or "{{" in value:
             return None
         out.append(value)

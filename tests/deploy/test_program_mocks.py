@@ -73,12 +73,16 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
 
 
 def _fake_root(tmp_path: Path) -> Path:
-    """A repository root where every role of the table exists."""
+    """A repository root where every role of the table exists, with its real defaults
+    (the program reads role facts there, e.g. the API server's port)."""
     root = tmp_path / "repo"
     for step in STEPS:
         tasks = root / "roles" / step.role / "tasks"
         tasks.mkdir(parents=True)
         (tasks / "main.yml").write_text(f"- name: {step.role}\n  ansible.builtin.meta: noop\n")
+        real = ROOT / "roles" / step.role / "defaults"
+        if real.is_dir():
+            shutil.copytree(real, root / "roles" / step.role / "defaults")
     shutil.copy(ROOT / "ansible.cfg", root / "ansible.cfg")
     return root
 
