@@ -16,7 +16,7 @@ import jinja2
 import yaml
 
 from railyard.compiler import Plan
-from railyard.compiler.inventory import split_vars, to_ansible
+from railyard.compiler.inventory import cluster_vars, split_vars, to_ansible
 from railyard.spec import version_at_least
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"  # package data
@@ -168,16 +168,16 @@ def _storage(plan: Plan, out: dict[str, str]) -> None:
         out["storage/lustre.conf"] = _template("storage/lnet.conf.j2", header=header, st=st)
 
 
-def _ansible(plan: Plan, cluster_vars: dict[str, Any], out: dict[str, str]) -> None:
+def _ansible(plan: Plan, all_vars: dict[str, Any], out: dict[str, str]) -> None:
     """The inventory with each host's own variables; group_vars/<group>.json with those a
     whole group shares (compiler.inventory.split_vars), all.json with the cluster's."""
     group_vars, host_vars = split_vars(plan.inventory)
     out["ansible/group_vars/all.json"] = json.dumps(
-        {**cluster_vars, "railyard_hosts": [{"name": n.name, "address": n.address} for n in plan.nodes]}, indent=1
+        {**all_vars, "railyard_hosts": [{"name": n.name, "address": n.address} for n in plan.nodes]}, indent=1
     ) + "\n"
     for group, gv in group_vars.items():
         out[f"ansible/group_vars/{group}.json"] = json.dumps(gv, indent=1, sort_keys=True) + "\n"
-    out["ansible/inventory.json"] = json.dumps(to_ansible(plan.inventory, cluster_vars, host_vars), indent=1) + "\n"
+    out["ansible/inventory.json"] = json.dumps(to_ansible(plan.inventory, all_vars, host_vars), indent=1) + "\n"
     domain = plan.spec.cluster.domain
     lines = [line_safe(f"{n.address} {n.name}.{domain} {n.name}") for n in plan.nodes]
     out["common/hosts"] = _header(plan) + "\n" + "\n".join(lines) + "\n"
@@ -221,10 +221,9 @@ def render(plan: Plan) -> dict[str, str]:
     _nccl(plan, out)
     _kubernetes(plan, out)
     _storage(plan, out)
-    cluster_vars = {"railyard_cluster": plan.name, "railyard_domain": plan.spec.cluster.domain}
     # JSON, which Ansible's yaml inventory plugin reads as well: 10x faster to write at
     # thousands of hosts than PyYAML, and a machine format anyway.
-    _ansible(plan, cluster_vars, out)
+    _ansible(plan, cluster_vars(plan), out)
     out["plan.json"] = json.dumps(plan_summary(plan), indent=1, sort_keys=True) + "\n"
     return dict(sorted(out.items()))
 

@@ -200,6 +200,18 @@ def to_ansible(inv: Inventory, cluster_vars: dict[str, Any], host_vars: dict[str
     }
 
 
+def cluster_vars(plan: Any) -> dict[str, Any]:
+    """Variables every host gets (inventory ``all.vars`` and group_vars/all).
+
+    railyard_slurm_version: the Slurm roles compare the installed release with it.
+    """
+    return {
+        "railyard_cluster": plan.name,
+        "railyard_domain": plan.spec.cluster.domain,
+        "railyard_slurm_version": plan.spec.cluster.versions.slurm,
+    }
+
+
 def to_script(plan: Any) -> dict[str, Any]:
     """The inventory-script JSON (``ansible-inventory --list``): groups, children, _meta."""
     inv = plan.inventory
@@ -211,6 +223,6 @@ def to_script(plan: Any) -> dict[str, Any]:
         out[parent] = {"children": list(kids)}
     out["all"] = {
         "children": sorted(set(inv.groups) - nested | set(inv.children)),
-        "vars": {"railyard_cluster": plan.name, "railyard_domain": plan.spec.cluster.domain},
+        "vars": cluster_vars(plan),
     }
     return out
