@@ -8,6 +8,7 @@ expected and observed, and the command that restores it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -183,16 +184,27 @@ def _file_finding(c: FileChange, fix: _Fix) -> Finding:
     return Finding("files", c.host, kind, msg, f, exp, obs, role=c.role, path=c.path)
 
 
+# A role's check that the release it installed is the spec's (cluster.versions): its name
+# says so, e.g. slurm_compute's "Check the installed Slurm is the release the spec targets".
+VERSION_CHECK = re.compile(r"^Check the installed .+ is the release the spec targets$")
+
+
 def compare_files(obs: FilesObservation, fix: _Fix) -> tuple[list[Finding], list[CheckError]]:
     findings = [_file_finding(c, fix) for c in obs.changes]
     for u in obs.unreachable:
         findings.append(Finding("files", u.host, UNREACHABLE,
                                 f"{u.host}: Ansible cannot reach it, so its files were not checked ({u.reason})",
                                 f"bring it back ({fix.refresh}), then check again", "reachable", "unreachable"))
-    errors = [
-        CheckError("files", f.host, f"{f.host}: role {f.role} failed in check mode at '{f.task}': {f.message}")
-        for f in obs.failures
-    ]
+    errors = []
+    for f in obs.failures:
+        if VERSION_CHECK.match(f.task):  # the installed release is not the spec's: drift, named
+            findings.append(Finding("files", f.host, "version_changed", f"{f.host}: {f.message}",
+                                    "install the spec's release on the host, or change cluster.versions and "
+                                    f"render again; then {fix.up}", "cluster.versions", "another release",
+                                    role=f.role))
+        else:
+            errors.append(CheckError("files", f.host,
+                                     f"{f.host}: role {f.role} failed in check mode at '{f.task}': {f.message}"))
     return findings, errors
 
 

@@ -434,3 +434,17 @@ def test_order_does_not_depend_on_observation_order(lab_plan, seed):
     a = compare(lab_plan, Observed(files=obs))
     b = compare(lab_plan, Observed(files=replace(obs, changes=tuple(shuffled))))
     assert a == b and a.to_dict() == b.to_dict()
+
+
+def test_a_release_other_than_the_specs_is_a_version_finding_other_failures_stay_errors(lab_plan):
+    from railyard.drift.observed import TaskFailure
+
+    moved = TaskFailure("gpu002", "slurm_compute", "Check the installed Slurm is the release the spec targets",
+                        "slurm_compute: slurmd 23.02.7-1 on gpu002 is Slurm 23.02, but the spec targets Slurm 22.05")
+    broken = TaskFailure("gpu003", "enroot", "Install enroot", "No package matching 'enroot' is available")
+    obs = FilesObservation(hosts=("gpu002", "gpu003"), roles=("slurm_compute", "enroot"), failures=(moved, broken))
+    report = compare(lab_plan, replace(clean_observed(), files=obs), stack="lab")
+    (found,) = [f for f in report.findings if f.layer == "files"]
+    assert (found.subject, found.kind, found.role) == ("gpu002", "version_changed", "slurm_compute")
+    assert "is Slurm 23.02, but the spec targets Slurm 22.05" in found.message
+    assert [e.subject for e in report.errors] == ["gpu003"]
