@@ -225,14 +225,19 @@ def _children(fabric: Fabric, level: str, group: Any, below: str) -> list[str]:
 
 
 def _scheduler_conf(with_topology: bool) -> dict[str, Any]:
-    """volcano-scheduler.conf: the shipped default, plus network-topology-aware for HyperNodes."""
+    """volcano-scheduler.conf: the shipped default with GPUs binpacked, plus
+    network-topology-aware for HyperNodes."""
     second = [
         {"name": "overcommit"},
         {"name": "drf", "enablePreemptable": False},
         {"name": "predicates"},
         {"name": "proportion"},
         {"name": "nodeorder"},
-        {"name": "binpack"},
+        # GPUs packed first (binpack counts only CPU and memory unless told): a partly used
+        # node fills up before an idle one is touched, so whole nodes, and whole SUs, stay
+        # free for the next gang. Weighted over nodeorder's least-requested spreading.
+        {"name": "binpack", "arguments": {"binpack.weight": 10, "binpack.resources": GPU_RESOURCE,
+                                          f"binpack.resources.{GPU_RESOURCE}": 10}},
     ]
     if with_topology:
         second.append({"name": "network-topology-aware", "arguments": {"weight": 10}})

@@ -224,8 +224,9 @@ SPEC_SU = {
     for n in NodeSet(su["nodes"])
     if n in WORKERS
 }
-# The KWOK worker is made half busy (binpack then puts the control's first pod there);
-# the real kubelet's SU stays free.
+# The KWOK worker is made half busy: the compiled binpack weighs GPUs (railyard/compiler/
+# kubernetes.py), so the control's first pod goes to the fuller node, its second to the
+# other SU; the real kubelet's SU stays free.
 HALF_BUSY = next(n for n in WORKERS if AGENT[n] == "kwok")
 FREE_SU = next(SPEC_SU[n] for n in WORKERS if SPEC_SU[n] != SPEC_SU[HALF_BUSY])
 
