@@ -47,6 +47,15 @@ def _first(item) -> int:
     return FIRST.index(kind) if kind in FIRST else len(FIRST)
 
 
+def pytest_configure(config):
+    """Inner molecule skips reach `-ra`: the hook that shows skipped subtests must live where
+    the summary is written, which under xdist is the controller, not the worker that ran
+    the scenario (tests/support/inner_report.py)."""
+    from tests.support import inner_report
+
+    inner_report.show_skipped_subtests(config)
+
+
 def pytest_collection_modifyitems(config, items):
     import os
 

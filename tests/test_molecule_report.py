@@ -264,3 +264,9 @@ def test_molecule_run_times_out_with_its_children(tmp_path):
     while time.monotonic() < deadline and Path(f"/proc/{child}").exists():
         time.sleep(0.1)
     assert not Path(f"/proc/{child}").exists(), "the child outlived the timeout"
+
+
+def test_the_summary_shows_inner_skips_from_the_start(request):
+    """Registered at configure time (tests/conftest.py), so under `pytest -n 2` the
+    controller, which writes the `-ra` summary, has it too (it ran no scenario itself)."""
+    assert request.config.pluginmanager.has_plugin("railyard-inner-skips")
