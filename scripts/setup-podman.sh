@@ -21,7 +21,7 @@
 #                   `python -m railyard.lab.image` and run a container from it.
 set -euo pipefail
 
-IMAGE="${RAILYARD_LAB_IMAGE:-localhost/railyard-node:12}"
+IMAGE="${RAILYARD_LAB_IMAGE:-localhost/railyard-node:13}"
 CONF="${CONTAINERS_CONF_PATH:-/etc/containers/containers.conf}"
 BUILD_IMAGE=0
 for arg in "$@"; do

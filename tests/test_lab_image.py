@@ -37,7 +37,7 @@ def test_host_debian_sources_reads_deb822_and_one_line(tmp_path, monkeypatch):
         "deb http://elsewhere.example/apt nodistro main\n"
     )
     (d / "ignored.list.disabled").write_text("deb http://ignored.example/debian bookworm main\n")
-    sources = lab_image.host_debian_sources("bookworm", apt_dir=tmp_path)
+    sources = lab_image.host_debian_sources("bookworm", apt_dir=tmp_path, host_suite="")
     assert [(s.uri, s.suites) for s in sources] == [
         ("http://mirror.example/debian-security", ["bookworm-security"]),
         ("http://mirror.example/debian", ["bookworm", "bookworm-updates"]),
@@ -53,7 +53,43 @@ def test_host_debian_sources_without_the_suite_says_what_to_do(tmp_path, monkeyp
     (tmp_path / "sources.list.d").mkdir()
     (tmp_path / "sources.list").write_text("deb http://mirror.example/debian trixie main\n")
     with pytest.raises(lab_image.ImageBuildError, match="RAILYARD_DEBIAN_MIRROR"):
-        lab_image.host_debian_sources("bookworm", apt_dir=tmp_path)
+        lab_image.host_debian_sources("bookworm", apt_dir=tmp_path, host_suite="")
+
+
+def test_an_older_host_lends_its_archives_to_the_image_suite(tmp_path, monkeypatch):
+    """A Debian 12 host lists only bookworm: its archives, keyring and options are reused
+    for the trixie image, with the suite names swapped."""
+    monkeypatch.delenv("RAILYARD_DEBIAN_MIRROR", raising=False)
+    d = tmp_path / "sources.list.d"
+    d.mkdir()
+    (d / "debian.sources").write_text(
+        "Types: deb\n"
+        "URIs: http://mirror.example/debian\n"
+        "Suites: bookworm bookworm-updates\n"
+        "Components: main\n"
+        "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
+        "\n"
+        "Types: deb\n"
+        "URIs: http://mirror.example/debian-security\n"
+        "Suites: bookworm-security\n"
+        "Components: main\n"
+    )
+    (d / "other.list").write_text("deb http://elsewhere.example/apt nodistro main\n")
+    sources = lab_image.host_debian_sources("trixie", apt_dir=tmp_path, host_suite="bookworm")
+    assert [(s.uri, s.suites) for s in sources] == [
+        ("http://mirror.example/debian", ["trixie", "trixie-updates"]),
+        ("http://mirror.example/debian-security", ["trixie-security"]),
+    ]
+    assert sources[0].signed_by == "/usr/share/keyrings/debian-archive-keyring.gpg"
+    # Without the host's own release to reuse, the error says what to set.
+    with pytest.raises(lab_image.ImageBuildError, match="RAILYARD_DEBIAN_MIRROR"):
+        lab_image.host_debian_sources("trixie", apt_dir=tmp_path, host_suite="bullseye")
+
+
+def test_host_codename_reads_os_release(tmp_path):
+    (tmp_path / "os-release").write_text('PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nVERSION_CODENAME=bookworm\n')
+    assert lab_image.host_codename(tmp_path / "os-release") == "bookworm"
+    assert lab_image.host_codename(tmp_path / "missing") is None
 
 
 def test_recipe_hash_follows_the_package_list(monkeypatch):

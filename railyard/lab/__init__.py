@@ -1,6 +1,6 @@
 """The lab: a small real cluster on this machine, one podman container per node.
 
-Each node runs systemd as PID 1 from a locally built Debian 12 image
+Each node runs systemd as PID 1 from a locally built Debian 13 image
 (:mod:`railyard.lab.image`); rails and the management network are podman
 networks. See the design notes, section "The lab: the embedded default".
 """

@@ -1,7 +1,8 @@
-"""Build the lab node image offline: Debian 12 + systemd, imported into podman.
+"""Build the lab node image offline: Debian 13 (trixie) + systemd, imported into podman.
 
 No container registry is reachable, so the image is made from packages:
-``debootstrap --variant=minbase`` from the Debian mirror this host's apt uses,
+``debootstrap --variant=minbase`` from the Debian mirror this host's apt uses
+(the host may run an older Debian: its archive URIs are reused for SUITE),
 a few container tweaks, then ``tar | podman import``. The result is cached:
 the image carries the label ``railyard.recipe=<sha256 of the recipe>`` and is
 rebuilt only when the recipe (package list, suite, mirror, tweaks) changes.
@@ -33,11 +34,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 IMAGE_NAME = "localhost/railyard-node"
-IMAGE_TAG = "12"
+IMAGE_TAG = "13"
 IMAGE_REF = f"{IMAGE_NAME}:{IMAGE_TAG}"
 RECIPE_LABEL = "railyard.recipe"
 
-SUITE = "bookworm"
+# Debian 13: Slurm 24.11.5, systemd 257. A bookworm host bootstraps it: bookworm's
+# debian-archive-keyring (2023.3+deb12u2) holds the trixie keys, and the trixie
+# Release files are also signed with the bookworm keys (checked with gpgv).
+SUITE = "trixie"
 VARIANT = "minbase"
 ARCH_DEFAULT = "amd64"
 # Bump to force a rebuild everywhere. (Edits to the build functions already change
@@ -63,10 +67,11 @@ PACKAGES: tuple[str, ...] = (
     "netbase",
 )
 
-# Units masked in the image. Empty on purpose: Debian 12's systemd 252 detects the
-# container and skips what cannot work (udev, getty, kernel mounts, remount-fs); with
-# nothing masked it reaches "running" under plain `podman run IMAGE`. Mask here only
-# what is shown to fail.
+# Units masked in the image. Empty on purpose: Debian 13's systemd 257 (like 12's 252)
+# detects the container and skips what cannot work (udev, getty, kernel mounts,
+# remount-fs); with nothing masked it reaches "running" under plain `podman run IMAGE`
+# (on this host's cgroup v1 it marks itself "tainted: cgroupsv1"). Mask here only what
+# is shown to fail.
 MASKED_UNITS: tuple[str, ...] = ()
 
 # Files whose file capabilities are dropped: podman's default capability set has no
@@ -216,28 +221,24 @@ def _parse_one_line(text: str) -> list[dict[str, str]]:
     return out
 
 
-def host_debian_sources(suite: str = SUITE, apt_dir: Path = Path("/etc/apt")) -> list[AptSource]:
-    """The host's apt entries for ``suite``, ``suite-updates`` and ``suite-security``.
+def host_codename(os_release: Path = Path("/etc/os-release")) -> str | None:
+    """The host's Debian codename (VERSION_CODENAME in os-release), or None."""
+    try:
+        text = os_release.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, val = line.partition("=")
+        if key.strip() == "VERSION_CODENAME":
+            return val.strip().strip("\"'") or None
+    return None
 
-    Reads sources.list and sources.list.d/*.list|*.sources the way apt does (files with
-    other extensions are ignored, as are disabled stanzas and deb-src). Override with
-    RAILYARD_DEBIAN_MIRROR=<uri> (one archive for the suite and -updates, no security).
-    """
-    override = os.environ.get("RAILYARD_DEBIAN_MIRROR")
-    if override:
-        return [
-            AptSource(
-                uri=override.rstrip("/"), suites=[suite, f"{suite}-updates"], components=["main"]
-            )
-        ]
-    entries: list[dict[str, str]] = []
-    one_line = [apt_dir / "sources.list", *sorted((apt_dir / "sources.list.d").glob("*.list"))]
-    for p in one_line:
-        if p.is_file():
-            entries += _parse_one_line(p.read_text(encoding="utf-8", errors="replace"))
-    for p in sorted((apt_dir / "sources.list.d").glob("*.sources")):
-        entries += _parse_deb822(p.read_text(encoding="utf-8", errors="replace"))
-    wanted = {suite, f"{suite}-updates", f"{suite}-security"}
+
+def _suite_family(suite: str) -> set[str]:
+    return {suite, f"{suite}-updates", f"{suite}-security"}
+
+
+def _debian_entries(entries: list[dict[str, str]], wanted: set[str]) -> list[AptSource]:
     sources: list[AptSource] = []
     for e in entries:
         if e.get("enabled", "yes").lower() in ("no", "false", "0"):
@@ -259,10 +260,49 @@ def host_debian_sources(suite: str = SUITE, apt_dir: Path = Path("/etc/apt")) ->
                     architectures=e.get("architectures", "").split(),
                 )
             )
+    return sources
+
+
+def host_debian_sources(
+    suite: str = SUITE,
+    apt_dir: Path = Path("/etc/apt"),
+    host_suite: str | None = None,
+) -> list[AptSource]:
+    """apt entries for ``suite``, ``suite-updates`` and ``suite-security`` from the host's.
+
+    Reads sources.list and sources.list.d/*.list|*.sources the way apt does (files with
+    other extensions are ignored, as are disabled stanzas and deb-src). When the host
+    lists ``suite`` itself, those entries are used. Otherwise (a Debian 12 host building
+    the Debian 13 image) the host's own Debian entries (``host_suite``, by default the
+    host's VERSION_CODENAME) are reused with the suite names swapped: same archives,
+    same keyring, same options. Override with RAILYARD_DEBIAN_MIRROR=<uri> (one archive
+    for the suite and -updates, no security).
+    """
+    override = os.environ.get("RAILYARD_DEBIAN_MIRROR")
+    if override:
+        return [
+            AptSource(
+                uri=override.rstrip("/"), suites=[suite, f"{suite}-updates"], components=["main"]
+            )
+        ]
+    entries: list[dict[str, str]] = []
+    one_line = [apt_dir / "sources.list", *sorted((apt_dir / "sources.list.d").glob("*.list"))]
+    for p in one_line:
+        if p.is_file():
+            entries += _parse_one_line(p.read_text(encoding="utf-8", errors="replace"))
+    for p in sorted((apt_dir / "sources.list.d").glob("*.sources")):
+        entries += _parse_deb822(p.read_text(encoding="utf-8", errors="replace"))
+    sources = _debian_entries(entries, _suite_family(suite))
+    if not any(suite in s.suites for s in sources):
+        host = host_suite if host_suite is not None else host_codename()
+        if host and host != suite:
+            sources = _debian_entries(entries, _suite_family(host))
+            for s in sources:
+                s.suites = [suite + x[len(host):] for x in s.suites]
     if not any(suite in s.suites for s in sources):
         raise ImageBuildError(
-            f"no apt source for Debian '{suite}' (component main) found in {apt_dir}; "
-            "set RAILYARD_DEBIAN_MIRROR=<archive URI>"
+            f"no apt source for Debian '{suite}' (or the host's own release, to reuse for "
+            f"it; component main) found in {apt_dir}; set RAILYARD_DEBIAN_MIRROR=<archive URI>"
         )
     return sources
 

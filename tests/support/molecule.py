@@ -147,10 +147,11 @@ def podman_available() -> str | None:
     """None when podman and the node image are there, else the reason to skip."""
     if shutil.which("podman") is None:
         return "podman is not installed"
-    probe = subprocess.run(
-        ["podman", "image", "exists", "localhost/railyard-node:12"], capture_output=True, check=False)
+    from railyard.lab.image import IMAGE_REF
+
+    probe = subprocess.run(["podman", "image", "exists", IMAGE_REF], capture_output=True, check=False)
     if probe.returncode != 0:
-        return "image localhost/railyard-node:12 is missing: run `railyard lab image`"
+        return f"image {IMAGE_REF} is missing: run `railyard lab image`"
     return None
 
 
