@@ -71,7 +71,8 @@ def test_reconfigurable(conf, old, new):
         ("TopologyPlugin=topology/tree", "TopologyPlugin=topology/none"),
         ("SelectType=select/cons_tres", "SelectType=select/linear"),
         ("ProctrackType=proctrack/linuxproc", "ProctrackType=proctrack/pgid"),
-        ("TaskPlugin=task/none", "TaskPlugin=task/affinity"),
+        # 24.11 (the lab's release) renders no TaskPlugin line without cgroups: adding one
+        ("ProctrackType=proctrack/linuxproc\n", "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/affinity\n"),
         ("GresTypes=gpu", "GresTypes=gpu,mps"),
         ("StateSaveLocation=/var/lib/slurm/slurmctld", "StateSaveLocation=/srv/slurm"),
     ],
