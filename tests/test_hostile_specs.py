@@ -307,7 +307,7 @@ def test_accounting_host_is_one_node(lab):
 @pytest.mark.parametrize(
     ("old", "new", "path", "fragment"),
     [
-        ('slurm: "22.05"', "slurm: 23.11", "cluster.versions.slurm", '23.11 was read as a number; write "23.11"'),
+        ('slurm: "24.11"', "slurm: 23.11", "cluster.versions.slurm", '23.11 was read as a number; write "23.11"'),
         ('kubernetes: "1.35"', "kubernetes: 1.30", "cluster.versions.kubernetes", '1.30 was read as a number; write "1.30"'),
         ('max_time: "1-00:00:00"', "max_time: 120", "partitions.slurm.partitions[0].max_time",
          '120 was read as a number; write "120"'),
