@@ -6,8 +6,8 @@
 #
 # Parts: apt (test tools), venv (pinned Python deps + railyard), slurm (Debian's Slurm
 # daemons for the real-scheduler tests), podman (runtime for the lab and molecule),
-# vendor (Enroot and Pyxis .debs built from ../shared/vendor/ for the lab and molecule),
-# image (the lab node image), pulumi (the engine, built from the Go module proxy),
+# image (the lab node image), vendor (Enroot and Pyxis .debs built in that image from
+# ../shared/vendor/ for the lab and molecule), pulumi (the engine, built from the Go module proxy),
 # k8s (Debian's etcd; kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
 # Kueue and KWOK built from the Go module proxy once, then cached; the pinned Kueue and
 # Volcano CRDs and manifests: for the lab's Kubernetes partition and its tests).
@@ -59,14 +59,14 @@ if wanted podman; then
     timed scripts/setup-podman.sh
 fi
 
-if wanted vendor; then
-    step "vendor: Enroot and Pyxis .debs from the vendored release archives, against this Slurm (cached)"
-    timed scripts/build-vendor.sh
-fi
-
 if wanted image; then
     step "image: the lab node image (cached by recipe)"
     timed .venv/bin/railyard lab image
+fi
+
+if wanted vendor; then
+    step "vendor: Enroot and Pyxis .debs from the vendored release archives, built in the node image against its Slurm (cached)"
+    timed scripts/build-vendor.sh
 fi
 
 if wanted pulumi; then

@@ -16,25 +16,32 @@
 #         archive, of this script and the versions of its build dependencies) matches is
 #         not touched; a second run returns at once.
 #
+# Where: inside the lab's node image (localhost/railyard-node:<tag>, `railyard lab image`),
+#         so the .debs are built against the Debian and the Slurm the nodes run (Debian 13:
+#         libslurm-dev 24.11.5, glibc 2.41), whatever the build machine runs. The first run
+#         commits a builder image (the node image plus the build dependencies from Debian,
+#         localhost/railyard-vendor-build:<tag>, labelled with what it was made from); later
+#         runs reuse it. RAILYARD_VENDOR_ON_HOST=1 builds on this machine instead (then it
+#         must be the nodes' Debian release).
+#
 # How (the projects' own packaging, with debuild's lint step left out):
 #   pyxis   `make deb` is `debuild -us -uc -G -i -tc` on its debian/ dir; this runs
-#           `dpkg-buildpackage -us -uc -b` on it, against Debian 12's libslurm-dev
-#           (22.05.8, the Slurm the lab's nodes run: Pyxis must be built against the
-#           exact spank.h of the Slurm that loads it). The version is checked against
-#           the lab spec's cluster.versions.slurm.
+#           `dpkg-buildpackage -us -uc -b` on it, against the node image's libslurm-dev
+#           (Pyxis must be built against the exact spank.h of the Slurm that loads it). The
+#           version is checked against the lab spec's cluster.versions.slurm.
 #   enroot  `make deb` with FORCE_GLIBC=1 (upstream's glibc build: no musl): dh_make
 #           with the pkg/deb templates, then dpkg-buildpackage. Its git submodules are
 #           not in the archive; Debian packages stand in for two of them, as
 #           ../shared/vendor/README.md says: deps/makeself/makeself.sh is Debian's
-#           makeself 2.4.5 (/usr/bin/makeself, the release enroot pins), and
-#           deps/linux-headers gets a two-line Makefile that installs linux-libc-dev's
-#           /usr/include/{linux,asm-generic,<multiarch>/asm}. deps/musl is not needed
-#           with FORCE_GLIBC. Debian 12's glibc (2.36) has no strlcpy/strlcat (2.38 added
-#           them), which enroot-mount and enroot-switchroot call: Debian's libbsd
-#           supplies them (DEB_CPPFLAGS_APPEND="-D_GNU_SOURCE= -include bsd/string.h": the
-#           sources define _GNU_SOURCE first thing, the forced include must see it too;
-#           LOADLIBES=-l:libbsd.so after the objects, by file name because -lbsd would
-#           find deps/dist/libbsd/libbsd.a first; the package then depends on libbsd0).
+#           makeself (/usr/bin/makeself), and deps/linux-headers gets a two-line Makefile
+#           that installs linux-libc-dev's /usr/include/{linux,asm-generic,<multiarch>/asm}.
+#           deps/musl is not needed with FORCE_GLIBC. enroot-mount and enroot-switchroot
+#           call strlcpy/strlcat, which glibc has from 2.38 (Debian 13). On an older glibc
+#           (Debian 12's 2.36) Debian's libbsd supplies them (DEB_CPPFLAGS_APPEND="-D_GNU_SOURCE=
+#           -include bsd/string.h": the sources define _GNU_SOURCE first thing, the forced
+#           include must see it too; LOADLIBES=-l:libbsd.so after the objects, by file name
+#           because -lbsd would find deps/dist/libbsd/libbsd.a first; the package then
+#           depends on libbsd0).
 # Build dependencies come from Debian via apt. Builds run under `nice -n 19`.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive LC_ALL=C.UTF-8
@@ -43,23 +50,67 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENDOR=${RAILYARD_VENDOR_DIR:-$ROOT/../shared/vendor}
 OUT=${RAILYARD_PACKAGES_DIR:-/var/cache/railyard/packages}
 CACHE=${RAILYARD_VENDOR_CACHE:-$HOME/.cache/railyard/vendor}
-SPEC=$ROOT/inventories/lab/cluster.yaml
+SPEC=${RAILYARD_SPEC:-$ROOT/inventories/lab/cluster.yaml}
 PYXIS_VERSION=0.24.0
 ENROOT_VERSION=4.1.2
 ARCH=$(dpkg --print-architecture)
 MULTIARCH=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch)
 
 PYXIS_BUILD_DEPS=(build-essential debhelper libslurm-dev)
-ENROOT_BUILD_DEPS=(build-essential debhelper dh-make dh-apparmor autotools-dev makeself linux-libc-dev util-linux libbsd-dev)
+ENROOT_BUILD_DEPS=(build-essential debhelper dh-make dh-apparmor autotools-dev makeself linux-libc-dev util-linux)
+# glibc before 2.38 has no strlcpy/strlcat: libbsd supplies them (see the header).
+GLIBC=$(getconf GNU_LIBC_VERSION | cut -d' ' -f2)
+if dpkg --compare-versions "$GLIBC" lt 2.38; then ENROOT_BUILD_DEPS+=(libbsd-dev); fi
+IMAGE=${RAILYARD_NODE_IMAGE:-localhost/railyard-node:13}
+BUILDER=localhost/railyard-vendor-build:${IMAGE##*:}
 
 log() { printf 'build-vendor: %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
-if [[ ${1:-} == -h || ${1:-} == --help ]]; then sed -n '2,33p' "$0"; exit 0; fi
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then sed -n '2,41p' "$0"; exit 0; fi
 PACKAGES=${*:-enroot pyxis}
 [[ ${EUID} -eq 0 ]] || die "must run as root (apt-get install of the build dependencies, $OUT)"
 
 mkdir -p "$CACHE/build" "$CACHE/logs" "$OUT"
+
+# The builder: the node image plus every build dependency, committed once. Its label says
+# which node image and which dependency list it was made from; a change of either makes a
+# new one.
+builder_image() {
+    local want have ctr=railyard-vendor-build-$$
+    want=$(printf '%s\n' "$(podman image inspect --format '{{.Id}}' "$IMAGE")" "${PYXIS_BUILD_DEPS[*]}" "${ENROOT_BUILD_DEPS[*]}" libbsd-dev |
+        sha256sum | cut -d' ' -f1)
+    have=$(podman image inspect --format '{{index .Labels "railyard.builder"}}' "$BUILDER" 2>/dev/null || true)
+    if [[ $have == "$want" ]]; then printf '%s\n' "$BUILDER"; return 0; fi
+    log "builder: $IMAGE plus the build dependencies from Debian -> $BUILDER"
+    podman rm -f "$ctr" >/dev/null 2>&1 || true
+    # libbsd-dev only where glibc lacks strlcpy; the image decides, not this machine.
+    podman run --name "$ctr" -e DEBIAN_FRONTEND=noninteractive "$IMAGE" bash -ec "
+        apt-get update -qq
+        deps='${PYXIS_BUILD_DEPS[*]} ${ENROOT_BUILD_DEPS[*]/libbsd-dev/}'
+        dpkg --compare-versions \$(getconf GNU_LIBC_VERSION | cut -d' ' -f2) lt 2.38 && deps=\"\$deps libbsd-dev\"
+        apt-get install -y -qq --no-install-recommends \$deps >/dev/null
+        apt-get clean" >&2 || { podman rm -f "$ctr" >/dev/null; die "builder: apt-get in $IMAGE failed"; }
+    podman commit -q --change "LABEL railyard.builder=$want" "$ctr" "$BUILDER" >/dev/null
+    podman rm -f "$ctr" >/dev/null
+    printf '%s\n' "$BUILDER"
+}
+
+if [[ ${RAILYARD_VENDOR_ON_HOST:-0} != 1 ]]; then
+    command -v podman >/dev/null || die "podman is not installed (scripts/setup-podman.sh): the build runs in the node image"
+    podman image exists "$IMAGE" || die "$IMAGE is missing: build it first (railyard lab image)"
+    exec 9>"$CACHE/.lock"
+    flock 9
+    builder=$(builder_image)
+    log "building $PACKAGES in $builder ($(podman run --rm "$builder" dpkg-query -W -f='libslurm-dev ${Version}' libslurm-dev))"
+    exec 9>&-
+    exec podman run --rm --name "railyard-vendor-build-$$" --network none \
+        -e RAILYARD_VENDOR_ON_HOST=1 -e RAILYARD_VENDOR_DIR=/vendor -e RAILYARD_PACKAGES_DIR=/out \
+        -e RAILYARD_VENDOR_CACHE=/cache -e RAILYARD_SPEC=/railyard/inventories/lab/cluster.yaml \
+        -v "$ROOT:/railyard:ro" -v "$(cd "$VENDOR" && pwd):/vendor:ro" -v "$OUT:/out" -v "$CACHE:/cache" \
+        "$builder" /railyard/scripts/build-vendor.sh $PACKAGES
+fi
+
 exec 9>"$CACHE/.lock"
 flock 9
 
@@ -163,7 +214,9 @@ build_enroot() {
     if ! (
         cd "$src"
         export FORCE_GLIBC=1 DEBFULLNAME="NVIDIA CORPORATION" DEBEMAIL=cudatools@nvidia.com
-        export DEB_CPPFLAGS_APPEND="-D_GNU_SOURCE= -include bsd/string.h" LOADLIBES=-l:libbsd.so
+        if dpkg --compare-versions "$GLIBC" lt 2.38; then
+            export DEB_CPPFLAGS_APPEND="-D_GNU_SOURCE= -include bsd/string.h" LOADLIBES=-l:libbsd.so
+        fi
         make clean
         dh_make -y -d -s -c apache -t "$src/pkg/deb" -p "enroot_$ENROOT_VERSION" --createorig
         cp -ar pkg/deb/source debian
