@@ -187,7 +187,10 @@ def test_lab_slurm_artifacts(lab_plan):
 
 def test_storage_artifacts(lab_plan):
     art = render(lab_plan)
-    assert art["storage/exports"].splitlines()[-1] == "/export/shared 10.77.0.0/24(rw,sync,no_subtree_check,root_squash)"
+    assert art["storage/exports"].splitlines()[-2:] == [
+        "/export/shared 10.77.0.0/24(rw,sync,no_subtree_check,root_squash)",
+        "/export/home 10.77.0.0/24(rw,sync,no_subtree_check,root_squash)",
+    ]
     unit = art["storage/units/shared.mount"]
     assert "What=nfs1:/export/shared\nWhere=/shared\nType=nfs\n" in unit
     assert 'options lnet networks="tcp0(eth0)"' in art["storage/lustre.conf"]
@@ -204,9 +207,9 @@ def test_each_host_gets_its_own_mount_units(lab):
         {"export": "/export/scratch", "mount_point": "/scratch", "clients": "gpu[001-002]"})
     hv = loads_plan(yaml.safe_dump(lab), "t.yaml").inventory.hostvars
     assert hv["gpu001"]["railyard_mount_units"] == {"lustre": ["lustre-lab.mount"],
-                                                    "nfs": ["shared.mount", "scratch.mount"]}
-    assert hv["gpu003"]["railyard_mount_units"] == {"lustre": ["lustre-lab.mount"], "nfs": ["shared.mount"]}
-    assert hv["ctl1"]["railyard_mount_units"] == {"nfs": ["shared.mount"]}
+                                                    "nfs": ["shared.mount", "home.mount", "scratch.mount"]}
+    assert hv["gpu003"]["railyard_mount_units"] == {"lustre": ["lustre-lab.mount"], "nfs": ["shared.mount", "home.mount"]}
+    assert hv["ctl1"]["railyard_mount_units"] == {"nfs": ["shared.mount", "home.mount"]}
     assert "railyard_mount_units" not in hv["nfs1"]  # the server mounts nothing
 
 

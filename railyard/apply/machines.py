@@ -4,8 +4,10 @@ Lab (podman) nodes get the management network with the plan's address and name, 
 interface per fabric leaf they are cabled to (``rail0``, ``rail1``, ...): a rail-optimized
 SU shows up in ``ip addr`` as it is cabled. Rails carry no names and no routes (see
 railyard.drivers.podman). NFS servers run privileged with their exports on podman
-volumes (nfs-ganesha cannot export overlayfs), Kubernetes workers privileged for their
-kubelet's containers; stand-in GPUs become character devices.
+volumes (nfs-ganesha cannot export overlayfs), and the NFS clients get those volumes at
+their mount points (the stand-in for a kernel NFS mount, which this kernel cannot do).
+Kubernetes workers run privileged for their kubelet's containers; stand-in GPUs become
+character devices.
 """
 
 from __future__ import annotations
@@ -65,6 +67,32 @@ def lab_networks(plan: Plan) -> list[NetworkSpec]:
     return nets
 
 
+def export_volume_name(cluster: str, server: str, path: str) -> str:
+    return f"railyard-{cluster}-{server}-{systemd_escape_path(path)}"
+
+
+def export_volumes(plan: Plan, node: Node) -> tuple[Volume, ...]:
+    """The NFS server's exports: each on a podman volume (nfs-ganesha cannot export overlayfs)."""
+    if plan.storage.nfs_server != node.name:
+        return ()
+    return tuple(Volume(export_volume_name(plan.name, node.name, e.path), e.path) for e in plan.storage.exports)
+
+
+def nfs_stand_in_volumes(plan: Plan, node: Node) -> tuple[Volume, ...]:
+    """The lab's stand-in for an NFS mount: this kernel has no NFS client, so a client node
+    gets the server's export volume itself at the mount point. Jobs then share files through
+    the same bytes the server exports (a container image, a program, /home). The mount
+    units are still installed and verified by nfs_client; a real site mounts them."""
+    server = plan.storage.nfs_server
+    exported = {e.path for e in plan.storage.exports}
+    out = []
+    for m in plan.storage.mounts:
+        export = m.what.partition(":")[2]
+        if m.type == "nfs" and server and node.name in m.clients and export in exported:
+            out.append(Volume(export_volume_name(plan.name, server, export), m.where, owner=server))
+    return tuple(out)
+
+
 def node_spec(plan: Plan, node: Node) -> NodeSpec:
     """The driver spec of a node. Redfish passwords are left empty: the program fills them in."""
     provision = node.provision
@@ -87,10 +115,7 @@ def node_spec(plan: Plan, node: Node) -> NodeSpec:
     ]
     gpus = plan.inventory.hostvars[node.name].get("railyard_gpus") or {}
     devices = tuple(gpus.get("devices", ())) if gpus.get("stand_in") else ()
-    exports = plan.storage.exports if plan.storage.nfs_server == node.name else ()
-    volumes = tuple(
-        Volume(f"railyard-{cluster}-{node.name}-{systemd_escape_path(e.path)}", e.path) for e in exports
-    )
+    volumes = export_volumes(plan, node) + nfs_stand_in_volumes(plan, node)
     return PodmanNode(
         name=node.name,
         cluster=cluster,

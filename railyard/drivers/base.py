@@ -51,6 +51,10 @@ class Attachment:
 class Volume:
     name: str  # a podman named volume (a host directory, not overlayfs)
     path: str  # mount point inside the container
+    # The node whose volume it is, when another node only mounts it (the lab's NFS
+    # clients mount their server's export volume). Empty: this node's own. Only the owner's
+    # removal removes the volume.
+    owner: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +131,7 @@ def node_from_props(props: dict[str, Any]) -> NodeSpec:
             ),
             privileged=bool(props.get("privileged", False)),
             devices=tuple(props.get("devices", ())),
-            volumes=tuple(Volume(v["name"], v["path"]) for v in props.get("volumes", ())),
+            volumes=tuple(Volume(v["name"], v["path"], v.get("owner", "")) for v in props.get("volumes", ())),
             labels=tuple((k, v) for k, v in props.get("labels", ())),
         )
     if kind == "ssh":

@@ -166,7 +166,7 @@ class PodmanDriver:
             for vol in node.volumes:
                 if _inspect("volume", vol.name) is None:
                     _podman("volume", "create", "--label", f"{CLUSTER_LABEL}={node.cluster}",
-                            "--label", f"{NODE_LABEL}={node.name}", vol.name)
+                            "--label", f"{NODE_LABEL}={vol.owner or node.name}", vol.name)
             log(f"{node.container}: podman run ({node.image})")
             _podman("run", *run_args(node))
         elif (info.get("State") or {}).get("Status") != "running":
@@ -180,8 +180,10 @@ class PodmanDriver:
             log(f"{node.container}: removing the container")
             _remove_container(node.container)
         if not keep_volumes:
+            # Never --force: that would also remove every other container using the volume.
             for vol in node.volumes:
-                _podman("volume", "rm", "--force", vol.name, check=False)
+                if not vol.owner:
+                    _podman("volume", "rm", vol.name, check=False)
 
     @staticmethod
     def _ensure_image(node: PodmanNode, log: Log) -> None:

@@ -212,7 +212,17 @@ def test_lab_nodes_carry_the_plan(lab_graph: list[Registered]) -> None:
     assert gpu["devices"] == ["/dev/nvidia0", "/dev/nvidia1"]
     nfs = nodes["nfs1"].inputs
     assert nfs["privileged"] is True
-    assert nfs["volumes"] == [{"name": "railyard-lab-nfs1-export-shared", "path": "/export/shared"}]
+    assert nfs["volumes"] == [
+        {"name": "railyard-lab-nfs1-export-shared", "path": "/export/shared", "owner": ""},
+        {"name": "railyard-lab-nfs1-export-home", "path": "/export/home", "owner": ""},
+    ]
+    # The stand-in for the NFS mounts this kernel cannot make: the server's export volumes
+    # at the spec's mount points, on every client (the server's, removed only with it).
+    for client in ("gpu001", "login1", "ctl1"):
+        assert nodes[client].inputs["volumes"] == [
+            {"name": "railyard-lab-nfs1-export-shared", "path": "/shared", "owner": "nfs1"},
+            {"name": "railyard-lab-nfs1-export-home", "path": "/home", "owner": "nfs1"},
+        ]
 
 
 def test_missing_roles_are_skipped_and_order_holds(tmp_path: Path) -> None:
