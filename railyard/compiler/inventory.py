@@ -204,11 +204,15 @@ def cluster_vars(plan: Any) -> dict[str, Any]:
     """Variables every host gets (inventory ``all.vars`` and group_vars/all).
 
     railyard_slurm_version: the Slurm roles compare the installed release with it.
+    railyard_slurm_mpi_default: slurm.conf's MpiDefault; with pmix the compute and login
+    roles install an MPI built with PMIx (Debian's OpenMPI).
     """
+    slurm = plan.spec.partitions.slurm
     return {
         "railyard_cluster": plan.name,
         "railyard_domain": plan.spec.cluster.domain,
         "railyard_slurm_version": plan.spec.cluster.versions.slurm,
+        "railyard_slurm_mpi_default": slurm.mpi_default if slurm else "none",
     }
 
 
