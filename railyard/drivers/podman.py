@@ -165,8 +165,12 @@ class PodmanDriver:
             self._ensure_image(node, log)
             for vol in node.volumes:
                 if _inspect("volume", vol.name) is None:
-                    _podman("volume", "create", "--label", f"{CLUSTER_LABEL}={node.cluster}",
-                            "--label", f"{NODE_LABEL}={vol.owner or node.name}", vol.name)
+                    # Nodes come up in parallel and share volumes (NFS clients mount their
+                    # server's): another node may create it between the look and the create.
+                    made = _podman("volume", "create", "--label", f"{CLUSTER_LABEL}={node.cluster}",
+                                   "--label", f"{NODE_LABEL}={vol.owner or node.name}", vol.name, check=False)
+                    if made.returncode != 0 and _inspect("volume", vol.name) is None:
+                        raise DriverError(f"podman volume create {vol.name} failed: {made.stderr.strip()}")
             log(f"{node.container}: podman run ({node.image})")
             _podman("run", *run_args(node))
         elif (info.get("State") or {}).get("Status") != "running":
