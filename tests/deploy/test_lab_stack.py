@@ -156,6 +156,77 @@ def test_slurm_job_runs_on_4_nodes(stack: dict) -> None:
     assert observed_topology(topo) == expected_topology(yaml.safe_load(LAB.read_text())), topo
 
 
+# A real MPI program: every rank reports its host, and an Allreduce over all ranks proves
+# they talk to each other (the sum of 0..n-1), not only that srun started n processes.
+MPI_HELLO = r"""
+#include <mpi.h>
+#include <stdio.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    int rank, size, sum = 0;
+    char host[256];
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    gethostname(host, sizeof host);
+    MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    printf("rank %d of %d on %s sum %d\n", rank, size, host, sum);
+    MPI_Finalize();
+    return 0;
+}
+"""
+
+
+def _login(*cmd: str, input: str | None = None) -> tuple[subprocess.CompletedProcess[str], float]:
+    t0 = time.monotonic()
+    proc = _podman("exec", "-i", "railyard-lab-login1", *cmd, check=False, input=input)
+    return proc, round(time.monotonic() - t0, 2)
+
+
+@pytest.mark.timeout(180)
+def test_pmix_mpi_job_runs_on_4_nodes(stack: dict) -> None:
+    """`srun --mpi=pmix -N4 -n8` of an MPI program compiled on the login node with Debian's
+    OpenMPI (from the shared /home, which every node sees): 8 ranks, 2 on each compute node,
+    one communicator. The spec's mpi_default reaches MpiDefault, so plain srun uses PMIx too."""
+    spec = yaml.safe_load(LAB.read_text())
+    assert spec["partitions"]["slurm"]["mpi_default"] == "pmix"
+    conf, _ = _login("scontrol", "show", "config")
+    assert "MpiDefault              = pmix" in conf.stdout, conf.stdout
+    src = "/home/railyard-e2e/mpi_hello.c"
+    made, _ = _login("bash", "-c", f"mkdir -p /home/railyard-e2e && cat > {src} && mpicc -O2 -o /home/railyard-e2e/mpi_hello {src}",
+                     input=MPI_HELLO)
+    assert made.returncode == 0, made.stderr
+    plain, t_plain = _login("srun", "-N4", "hostname")
+    assert plain.returncode == 0, plain.stderr
+    runs = {}
+    # Open MPI's TCP transport on the management network only: the lab's rails are podman
+    # networks, one per leaf, not routed between SUs (on a site they carry RDMA).
+    # Open MPI 5.0.7 (Debian 13) sometimes segfaults inside MPI_Init on this loaded 2-core
+    # machine, in mca_pml_ob1_recv_frag_callback_match (measured: 1 to 8 runs in 20 with any
+    # transport setting; open-mpi/ompi#12495 reports the same on real clusters). That crash,
+    # and only that one, gets up to two more tries; the count is printed.
+    crashes = 0
+    for label, mpi in (("pmix", ["--mpi=pmix"]), ("default", [])):
+        for _attempt in range(3):
+            proc, secs = _login("env", "OMPI_MCA_btl_tcp_if_include=eth0", "srun", *mpi, "-N4", "-n8",
+                                "/home/railyard-e2e/mpi_hello")
+            if proc.returncode == 0 or "mca_pml_ob1_recv_frag_callback_match" not in proc.stderr:
+                break
+            crashes += 1
+        assert proc.returncode == 0, f"srun {label}: {proc.stderr}"
+        ranks = sorted(line.split() for line in proc.stdout.splitlines() if line.startswith("rank "))
+        got = {int(r[1]): (r[3], r[5], r[7]) for r in ranks}
+        assert sorted(got) == list(range(8)), proc.stdout
+        assert {size for size, _h, _s in got.values()} == {"8"}
+        assert {s for _size, _h, s in got.values()} == {str(sum(range(8)))}  # every rank saw the Allreduce
+        per_host = {h: sum(1 for _s, host, _x in got.values() if host == h) for _s, h, _x in got.values()}
+        assert per_host == {"gpu001": 2, "gpu002": 2, "gpu003": 2, "gpu004": 2}, proc.stdout
+        runs[label] = secs
+    TIMES.update(srun_n4_hostname_s=t_plain, srun_pmix_n4_n8_mpi_s=runs["pmix"], mpi_init_crashes_retried=crashes)
+    print(f"\nsrun -N4 hostname: {t_plain} s; srun --mpi=pmix -N4 -n8 (MPI Allreduce): {runs['pmix']} s; "
+          f"with MpiDefault: {runs['default']} s (podman exec included); Open MPI init crashes retried: {crashes}")
+
+
 @pytest.mark.timeout(300)  # two pods started (up to 90 s each)
 def test_kubernetes_partition_serves_the_plan(stack: dict) -> None:
     """pulumi up leaves a control plane whose workers are Ready with the plan's labels,
