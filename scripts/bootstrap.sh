@@ -6,7 +6,8 @@
 #
 # Parts: apt (test tools), venv (pinned Python deps + railyard), slurm (Debian's Slurm
 # daemons for the real-scheduler tests), podman (runtime for the lab and molecule),
-# vendor (Enroot and Pyxis .debs built from ../shared/vendor/ for the lab and molecule),
+# vendor (Enroot and Pyxis .debs built from ../shared/vendor/ for the lab and molecule, and
+# the Enroot image busybox.sqsh built from Debian's busybox-static),
 # image (the lab node image), pulumi (the engine, built from the Go module proxy),
 # k8s (Debian's etcd; kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
 # Kueue and KWOK built from the Go module proxy once, then cached; the pinned Kueue and
@@ -62,6 +63,8 @@ fi
 if wanted vendor; then
     step "vendor: Enroot and Pyxis .debs from the vendored release archives, against this Slurm (cached)"
     timed scripts/build-vendor.sh
+    step "vendor: the Enroot container image from Debian's busybox-static (cached)"
+    timed scripts/build-container-image.sh
 fi
 
 if wanted image; then
