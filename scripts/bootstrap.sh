@@ -7,7 +7,8 @@
 # Parts: apt (test tools), venv (pinned Python deps + railyard), slurm (Debian's Slurm
 # daemons for the real-scheduler tests), podman (runtime for the lab and molecule),
 # image (the lab node image), vendor (Enroot and Pyxis .debs built in that image from
-# ../shared/vendor/ for the lab and molecule), pulumi (the engine, built from the Go module proxy),
+# ../shared/vendor/ for the lab and molecule, and the Enroot image busybox.sqsh built from
+# Debian's busybox-static), pulumi (the engine, built from the Go module proxy),
 # k8s (Debian's etcd; kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
 # Kueue and KWOK built from the Go module proxy once, then cached; the pinned Kueue and
 # Volcano CRDs and manifests: for the lab's Kubernetes partition and its tests).
@@ -67,6 +68,8 @@ fi
 if wanted vendor; then
     step "vendor: Enroot and Pyxis .debs from the vendored release archives, built in the node image against its Slurm (cached)"
     timed scripts/build-vendor.sh
+    step "vendor: the Enroot container image from Debian's busybox-static (cached)"
+    timed scripts/build-container-image.sh
 fi
 
 if wanted pulumi; then

@@ -121,11 +121,21 @@ def _k8s_vars(role: str) -> Callable[[Plan], dict[str, Any]]:
     return make
 
 
+def _enroot_vars(plan: Plan) -> dict[str, Any]:
+    """The package source, and the hooks not to run: with partitions.slurm.cgroups false,
+    Slurm gives a job no cgroup of its own, so enroot's 10-cgroups hook (which mounts the
+    job's cgroup into the container) has nothing to show; in the lab's podman nodes it also
+    fails every start from a service such as slurmstepd (roles/enroot/README.md)."""
+    slurm = plan.spec.partitions.slurm
+    cgroups = slurm.cgroups if slurm is not None else True
+    return _package_vars("enroot", "enroot")(plan) | {"enroot_hooks_disabled": [] if cgroups else ["10-cgroups.sh"]}
+
+
 # Public role variables that come from the plan (the rest comes from the inventory and
 # the rendered artifacts). Enroot, Pyxis and the Lustre client are not in Debian: in the
 # lab a missing package is skipped with the reason printed, elsewhere it fails the role.
 ROLE_VARS: dict[str, Callable[[Plan], dict[str, Any]]] = {
-    "enroot": _package_vars("enroot", "enroot"),
+    "enroot": _enroot_vars,
     "pyxis": _package_vars("pyxis", "pyxis"),
     "lustre_client": _package_vars("lustre_client", "lustre"),
     **{role: _k8s_vars(role) for role in ("k8s_control_plane", "k8s_worker", "kueue", "volcano")},

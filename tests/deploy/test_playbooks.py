@@ -87,6 +87,18 @@ def test_lab_packages_are_optional(lab_plan, root: Path) -> None:
     assert dgx_planned["enroot"].vars["enroot_package_required"] is True
 
 
+def test_enroot_cgroups_hook_is_off_where_slurm_has_no_cgroups(lab_plan, root: Path) -> None:
+    """The lab spec says cgroups: false: no job cgroup for enroot's 10-cgroups hook to mount,
+    and in the lab's containers the hook fails every start from slurmstepd."""
+    assert lab_plan.spec.partitions.slurm.cgroups is False
+    planned = {p.role: p for p in plan_playbooks(lab_plan, root, render(lab_plan))[0]}
+    assert planned["enroot"].vars["enroot_hooks_disabled"] == ["10-cgroups.sh"]
+    dgx = load_plan(ROOT / "inventories" / "dgx-h100" / "cluster.yaml")
+    assert dgx.spec.partitions.slurm.cgroups is True
+    dgx_planned = {p.role: p for p in plan_playbooks(dgx, root, render(dgx))[0]}
+    assert dgx_planned["enroot"].vars["enroot_hooks_disabled"] == []
+
+
 def test_unwritten_roles_are_noted(lab_plan, root: Path) -> None:
     shutil.rmtree(root / "roles" / "slurm_controller")
     planned, notes = plan_playbooks(lab_plan, root, render(lab_plan))

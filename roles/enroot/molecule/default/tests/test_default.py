@@ -68,6 +68,49 @@ def test_enroot_runs(host):
         assert ldd.rc == 0 and "not found" not in ldd.stdout, ldd.stdout
 
 
+def test_cgroups_hook_is_diverted(host):
+    """The lab spec's cgroups is false: 10-cgroups.sh is moved out of enroot's hooks.d/*.sh
+    (dpkg-divert, so an upgrade keeps it there)."""
+    assert SPEC["partitions"]["slurm"]["cgroups"] is False
+    hooks = "/etc/enroot/hooks.d"
+    assert not host.file(f"{hooks}/10-cgroups.sh").exists
+    assert host.file(f"{hooks}/10-cgroups.sh.railyard-disabled").is_file
+    assert host.file(f"{hooks}/10-shadow.sh").is_file  # the others stay
+    diverted = host.check_output(f"dpkg-divert --list '{hooks}/*'")
+    assert diverted == f"local diversion of {hooks}/10-cgroups.sh to {hooks}/10-cgroups.sh.railyard-disabled"
+
+
+# The image scripts/build-container-image.sh builds (bootstrap's vendor step).
+IMAGE = Path(os.environ.get("RAILYARD_IMAGES_DIR", "/var/cache/railyard/images")) / "busybox.sqsh"
+
+
+def test_a_user_runs_the_lab_image_as_pyxis_would(host):
+    """What Pyxis runs in slurmstepd, as the job's user, from a systemd service (not from
+    `podman exec`, whose processes sit in the container's root cgroup): `enroot create` from
+    a squashfs path, `enroot start` with a mount, and the rendered paths under the shared
+    1777 parents. With 10-cgroups.sh active this fails in the lab's containers:
+    enroot-mount: failed to mount: /sys/fs/cgroup/systemd//system.slice/<unit>/.. at ...
+    """
+    assert IMAGE.is_file(), f"{IMAGE} is missing: run scripts/build-container-image.sh"
+    node = host.backend.get_hostname()
+    subprocess.run(["podman", "exec", node, "mkdir", "-p", "/srv/images"], check=True)
+    subprocess.run(["podman", "cp", str(IMAGE), f"{node}:/srv/images/busybox.sqsh"], check=True)
+    assert host.run("id enroot-probe || useradd -m -u 4242 enroot-probe").rc == 0
+    as_user = "systemd-run --quiet --pipe --wait --uid=enroot-probe --gid=enroot-probe -p Environment=SLURM_STEP_ID=0"
+    try:
+        created = host.run(f"{as_user} enroot create --name probe /srv/images/busybox.sqsh")
+        assert created.rc == 0, created.stderr
+        started = host.run(f"{as_user} enroot start --mount /home:/home probe sh -c 'hostname; id -un; ls /home'")
+        assert started.rc == 0, started.stderr
+        hostname, user, *homes = started.stdout.split()
+        assert (hostname, user) == (host.check_output("hostname"), "enroot-probe"), started.stdout
+        assert "enroot-probe" in homes, started.stdout  # the node's /home, mounted
+        assert host.file("/var/lib/enroot/data/user-4242/probe/etc/os-release").contains("railyard busybox")
+    finally:
+        host.run(f"{as_user} enroot remove --force probe")
+        host.run("userdel -r enroot-probe")
+
+
 # Converge installed the lab's enroot_4.1.2-1_amd64.deb (so that file name is in the node's
 # package cache, and `enroot` is an installed package that apt-cache show finds): the
 # unreachable sources name NVIDIA's hardened variant, which is neither.
