@@ -1,8 +1,12 @@
 # The two commands of the README. Both do all set-up first (scripts/bootstrap.sh).
 .PHONY: lab test setup bench
 
+# The Enroot image (scripts/build-container-image.sh, no registry here) goes to the shared
+# storage, where `srun --container-image=/shared/images/busybox.sqsh` finds it on every node.
 lab: setup          ## bring up the lab cluster: `pulumi up` on the lab stack
 	.venv/bin/railyard up --stack lab --yes
+	podman exec railyard-lab-login1 mkdir -p /shared/images
+	podman cp /var/cache/railyard/images/busybox.sqsh railyard-lab-login1:/shared/images/busybox.sqsh
 
 # Two workers, a file each at a time (--dist loadfile): the e2e on the lab and the molecule
 # scenarios run side by side (tests/conftest.py sends them out first); the rest fills in.
