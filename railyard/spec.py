@@ -27,6 +27,7 @@ from railyard.fieldtypes import (
     EnrootPath,
     ExportOption,
     GpuType,
+    GraceSeconds,
     Hostlist,
     Hostname,
     IPv4Addr,
@@ -36,6 +37,7 @@ from railyard.fieldtypes import (
     Name,
     NicName,
     NodeName,
+    OverTimeMinutes,
     Pattern,
     SystemId,
     Url,
@@ -335,6 +337,9 @@ class SlurmPartitionDef(Strict):
     default_time: str | None = None
     def_cpu_per_gpu: Annotated[int, Field(ge=1)] | None = None
     def_mem_per_gpu_mb: Annotated[int, Field(ge=1)] | None = None
+    # GraceTime: seconds a job selected for preemption keeps running after SIGTERM. Slurm
+    # reads it only with PreemptType=preempt/partition_prio (docs/user-guide.md).
+    grace_time: GraceSeconds | None = None
     # topology.yaml (25.05+): which topology this partition schedules by.
     topology: Literal["fabric", "nvlink", "flat"] | None = None
 
@@ -397,6 +402,9 @@ class Slurm(Strict):
     mpi_default: Literal["none", "pmix", "pmi2"] = "none"
     # Seconds a --switches=N@T job may wait for its placement (Slurm's default is 300).
     max_switch_wait: Annotated[int, Field(ge=0)] = 1800
+    # OverTimeLimit: minutes a job may run past its time limit before Slurm cancels it
+    # (cluster-wide); room for a checkpoint that started late (docs/user-guide.md).
+    over_time_limit: OverTimeMinutes | None = None
     gres_autodetect: Literal["off", "nvml", "nvidia"] = "off"
     accounting: Accounting | None = None
     munge_key: SecretRef | None = None  # default: generated once and kept as a Pulumi secret

@@ -42,6 +42,7 @@ class PartitionLine:
     def_cpu_per_gpu: int | None
     def_mem_per_gpu: int | None
     topology: str | None
+    grace_time: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +200,7 @@ def compile_slurm(cluster: Cluster, nodes: list[Node], fabric: Fabric | None) ->
                 p.def_cpu_per_gpu,
                 p.def_mem_per_gpu_mb,
                 p.topology,
+                p.grace_time,
             )
             for p in slurm.partitions
         ),

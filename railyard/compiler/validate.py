@@ -285,6 +285,28 @@ def notes(plan: Any) -> list[Problem]:
                     "smallest",
                 )
             )
+    slurm = plan.spec.partitions.slurm
+    if slurm is not None:
+        for i, part in enumerate(slurm.partitions):
+            if part.grace_time:
+                out.append(
+                    Problem(
+                        f"partitions.slurm.partitions[{i}].grace_time",
+                        f"GraceTime={part.grace_time} on partition {part.name} only acts when a job is "
+                        "preempted, and Slurm reads a partition's GraceTime only with "
+                        "PreemptType=preempt/partition_prio, which railyard does not set: jobs that "
+                        "reach their time limit get the --signal warning, OverTimeLimit and KillWait, "
+                        "not GraceTime (docs/user-guide.md)",
+                    )
+                )
+        if slurm.over_time_limit == "UNLIMITED":
+            out.append(
+                Problem(
+                    "partitions.slurm.over_time_limit",
+                    "OverTimeLimit=UNLIMITED: Slurm never cancels a job for running past its time "
+                    "limit, so a job that ignores its checkpoint signal holds its nodes until it ends",
+                )
+            )
     nfs = plan.spec.storage.nfs
     if nfs is not None:
         for i, e in enumerate(nfs.exports):
