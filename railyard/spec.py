@@ -406,6 +406,10 @@ class Slurm(Strict):
     # (cluster-wide); room for a checkpoint that started late (docs/user-guide.md).
     over_time_limit: OverTimeMinutes | None = None
     gres_autodetect: Literal["off", "nvml", "nvidia"] = "off"
+    # How nodes get slurm.conf: "configless" (slurmd fetches it from slurmctld, login nodes
+    # run sackd, which is new in Slurm 23.11) or "files" (every node gets the files).
+    # Default: configless from Slurm 24.11, files before (compiler.slurm.config_delivery).
+    config_delivery: Literal["configless", "files"] | None = None
     accounting: Accounting | None = None
     munge_key: SecretRef | None = None  # default: generated once and kept as a Pulumi secret
     pyxis: Pyxis = Pyxis()

@@ -144,14 +144,19 @@ def test_explicit_fabric_leaves_sharing_nodes_are_one_switch(lab):
 @pytest.mark.parametrize(
     ("version", "cgroups", "present", "absent"),
     [
-        ("22.05", False, ["TaskPlugin=task/none", "ProctrackType=proctrack/linuxproc"], ["TaskPlugin=task/cgroup"]),
-        ("22.05", True, ["TaskPlugin=task/cgroup,task/affinity", "ProctrackType=proctrack/cgroup"], ["task/none"]),
-        ("23.11", False, ["ProctrackType=proctrack/linuxproc"], ["TaskPlugin="]),
-        ("23.11", True, ["TaskPlugin=task/cgroup,task/affinity", "ProctrackType=proctrack/cgroup"], ["task/none"]),
-        ("24.11", False, ["ProctrackType=proctrack/linuxproc"], ["TaskPlugin="]),
-        ("24.11", True, ["TaskPlugin=task/cgroup,task/affinity", "ProctrackType=proctrack/cgroup"], ["task/none"]),
-        ("25.05", False, ["ProctrackType=proctrack/linuxproc"], ["TaskPlugin="]),
-        ("25.05", True, ["TaskPlugin=task/cgroup,task/affinity", "ProctrackType=proctrack/cgroup"], ["task/none"]),
+        ("22.05", False, ["TaskPlugin=task/none", "ProctrackType=proctrack/linuxproc"],
+         ["TaskPlugin=task/cgroup", "SlurmctldParameters="]),
+        ("22.05", True, ["TaskPlugin=task/cgroup,task/affinity", "ProctrackType=proctrack/cgroup"],
+         ["task/none", "SlurmctldParameters="]),
+        ("23.11", False, ["ProctrackType=proctrack/linuxproc"], ["TaskPlugin=", "SlurmctldParameters="]),
+        ("23.11", True, ["TaskPlugin=task/cgroup,task/affinity", "ProctrackType=proctrack/cgroup"],
+         ["task/none", "SlurmctldParameters="]),
+        ("24.11", False, ["ProctrackType=proctrack/linuxproc", "SlurmctldParameters=enable_configless"], ["TaskPlugin="]),
+        ("24.11", True, ["TaskPlugin=task/cgroup,task/affinity", "ProctrackType=proctrack/cgroup",
+                         "SlurmctldParameters=enable_configless"], ["task/none"]),
+        ("25.05", False, ["ProctrackType=proctrack/linuxproc", "SlurmctldParameters=enable_configless"], ["TaskPlugin="]),
+        ("25.05", True, ["TaskPlugin=task/cgroup,task/affinity", "ProctrackType=proctrack/cgroup",
+                         "SlurmctldParameters=enable_configless"], ["task/none"]),
     ],
 )
 def test_slurm_conf_follows_the_target_version(lab, version, cgroups, present, absent):

@@ -204,12 +204,17 @@ def cluster_vars(plan: Any) -> dict[str, Any]:
     """Variables every host gets (inventory ``all.vars`` and group_vars/all).
 
     railyard_slurm_version: the Slurm roles compare the installed release with it.
+    railyard_slurm_config_delivery: ``configless`` or ``files``, how the Slurm roles deliver
+    slurm.conf (set only with a Slurm partition).
     """
-    return {
+    out = {
         "railyard_cluster": plan.name,
         "railyard_domain": plan.spec.cluster.domain,
         "railyard_slurm_version": plan.spec.cluster.versions.slurm,
     }
+    if plan.slurm is not None:
+        out["railyard_slurm_config_delivery"] = plan.slurm.config_delivery
+    return out
 
 
 def to_script(plan: Any) -> dict[str, Any]:

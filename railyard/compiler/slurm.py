@@ -75,6 +75,8 @@ class SlurmPlan:
     block_sizes: tuple[int, ...]
     yaml_default: str | None  # topology.yaml: which topology is the cluster default
     settings: Slurm
+    config_delivery: str = "files"  # configless | files
+    slurmctld_parameters: tuple[str, ...] = ()  # SlurmctldParameters=, one line
 
 
 _TRAILING_NUMBER = re.compile(r"^(.*?)(\d+)$")
@@ -118,6 +120,21 @@ def _by_hardware(nodes: list[Node]) -> list[tuple[Hardware, list[str]]]:
             key = keys[id(n.hardware)] = n.hardware.model_dump_json()
         out.setdefault(key, (n.hardware, []))[1].append(n.name)
     return list(out.values())
+
+
+# From this release on, a spec that does not choose gets configless Slurm.
+CONFIGLESS_DEFAULT_FROM = "24.11"
+# sackd, which serves configless configs (and auth) to login nodes, is new in 23.11.
+SACKD_FROM = "23.11"
+
+
+def config_delivery(cluster: Cluster) -> str:
+    """``configless`` or ``files``: the spec's choice, else by the target release."""
+    slurm = cluster.partitions.slurm
+    assert slurm is not None
+    if slurm.config_delivery is not None:
+        return slurm.config_delivery
+    return "configless" if version_at_least(cluster.cluster.versions.slurm, CONFIGLESS_DEFAULT_FROM) else "files"
 
 
 def topology_format(cluster: Cluster, fabric: Fabric | None) -> str:
@@ -182,6 +199,7 @@ def compile_slurm(cluster: Cluster, nodes: list[Node], fabric: Fabric | None) ->
     blocks = _blocks(fabric, compute_set) if fabric and fmt in ("block", "yaml") else []
     plugin = {"tree": "topology/tree", "block": "topology/block"}.get(fmt)
     version = cluster.cluster.versions.slurm
+    delivery = config_delivery(cluster)
     return SlurmPlan(
         cluster_name=cluster.cluster.name,
         version=version,
@@ -211,4 +229,6 @@ def compile_slurm(cluster: Cluster, nodes: list[Node], fabric: Fabric | None) ->
         block_sizes=fabric.block_sizes if fabric and blocks else (),
         yaml_default=("nvlink" if blocks else "fabric") if fmt == "yaml" else None,
         settings=slurm,
+        config_delivery=delivery,
+        slurmctld_parameters=("enable_configless",) if delivery == "configless" else (),
     )

@@ -7,6 +7,7 @@ from typing import Any
 
 from railyard.compiler.fabric import Fabric, build_fabric
 from railyard.compiler.nodes import Node, hostlist_field, resolve_nodes
+from railyard.compiler.slurm import SACKD_FROM
 from railyard.errors import Problem
 from railyard.spec import Cluster, version_at_least
 
@@ -96,6 +97,15 @@ def _slurm(cluster: Cluster, nodes: dict[str, Node], fabric: Fabric | None, prob
             )
         if part.topology == "nvlink" and not has_nvlink:
             problems.append(Problem(f"{base}.partitions[{pi}].topology", "'nvlink' needs NVLink domains in the fabric"))
+    if slurm.config_delivery == "configless" and not version_at_least(version, SACKD_FROM):
+        problems.append(
+            Problem(
+                f"{base}.config_delivery",
+                f"configless Slurm needs sackd on the login nodes, new in Slurm {SACKD_FROM}, but the "
+                f"target is {version}: set config_delivery: files, or raise cluster.versions.slurm to "
+                f"{SACKD_FROM} or later",
+            )
+        )
     if slurm.gres_autodetect == "nvidia" and not version_at_least(version, "24.11"):
         problems.append(Problem(f"{base}.gres_autodetect", f"AutoDetect=nvidia needs Slurm 24.11+, not {version}; use 'nvml' or 'off'"))
     for pi, part in enumerate(slurm.partitions):
