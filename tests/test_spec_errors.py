@@ -198,6 +198,8 @@ CASES: list[tuple[str, Callable[[dict], None], str, str]] = [
                                             s["cluster"]["versions"].update(slurm="22.05")),
      "partitions.slurm.gres_autodetect",
      "AutoDetect=nvidia needs Slurm 24.11+"),
+    ("pyxis-without-enroot", lambda s: slurm(s)["enroot"].update(enabled=False), "partitions.slurm.enroot.enabled",
+     "Pyxis is enabled (partitions.slurm.pyxis.enabled) but Enroot is not"),
     ("pyxis-without-package", lambda s: slurm(s)["pyxis"].pop("package"), "partitions.slurm.pyxis.package", "has no package source"),
     ("package-two-sources", lambda s: slurm(s)["enroot"].update(package={"url": "https://x/e.deb", "apt": "enroot"}),
      "partitions.slurm.enroot.package", "exactly one of 'url', 'path' or 'apt'"),

@@ -130,7 +130,14 @@ def _slurm(cluster: Cluster, nodes: dict[str, Node], fabric: Fabric | None, prob
                 )
             )
     if slurm.pyxis.enabled and not slurm.enroot.enabled:
-        problems.append(Problem(f"{base}.enroot.enabled", "pyxis needs enroot on the same nodes; enable enroot or disable pyxis"))
+        problems.append(
+            Problem(
+                f"{base}.enroot.enabled",
+                "Pyxis is enabled (partitions.slurm.pyxis.enabled) but Enroot is not: Pyxis runs every "
+                "--container-image through Enroot on the same nodes, so srun would fail there; set "
+                "enroot.enabled: true (with a package) or pyxis.enabled: false",
+            )
+        )
     if slurm.accounting is not None:
         hostlist_field(slurm.accounting.host, f"{base}.accounting.host", nodes, problems)
 
