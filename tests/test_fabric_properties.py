@@ -12,7 +12,8 @@ dict without the compiler. Checked for every fabric:
   BlockName/BlockSizes lines are compared with the derivation, without slurmctld;
 * the Kueue Topology's levels nest and every worker has a label at every level;
 * every Volcano HyperNode has exactly one parent (the top tier none), and no name repeats;
-* names that clash across levels are refused, and only those.
+* names that clash across levels, and cabling that joins two groups, are refused, and only
+  those.
 
 CI runs a bounded, derandomized, database-less profile (reproducible, ~20 slurmctld starts).
 Benchmark: ``RAILYARD_HYPOTHESIS_EXAMPLES=500 pytest tests/test_fabric_properties.py`` runs
@@ -232,10 +233,11 @@ def explicit_specs(draw, nvlink: bool | None = None, clashing: bool = False) -> 
 
     up = draw(st.integers(1, 2))  # parallel links between switches (count:)
     # Rewire one NIC of one node to the same rail's leaf of another SU: cabling then joins
-    # the two SUs into one group (valid unless they carry two different group names).
+    # the two SUs into one group, which is refused unless every switch of both carries one
+    # group name (only the clash test draws it: no other spec with it is valid).
     # (The node keeps its other rails, so it needs two; and a leaf must keep a node, so only
     # an SU of two or more nodes gives one away.)
-    rewire = rails > 1 and len(sus) > 1 and any(len(su) > 1 for su in sus) and draw(st.booleans())
+    rewire = clashing and rails > 1 and len(sus) > 1 and any(len(su) > 1 for su in sus) and draw(st.booleans())
     su_index = 0
     spine_names: list[str] = []
     for p, pod in enumerate(pods, 1):
@@ -419,15 +421,16 @@ def test_every_hypernode_has_one_parent_and_a_unique_name(spec):
 @_settings(PURE_EXAMPLES)
 @given(spec=st.one_of(rail_optimized_specs(clashing=True), explicit_specs(clashing=True)))
 def test_clashing_group_names_are_refused_and_only_those(spec):
-    """Names that repeat across groups, and groups that cabling joins but the spec names
-    twice (a node cabled to leaves of two groups), are refused; every other spec compiles."""
+    """Names that repeat across groups, groups that cabling joins but the spec names twice,
+    and a node cabled to leaves of two otherwise separate groups (named or not) are refused;
+    every other spec compiles."""
     spec["cluster"]["versions"]["slurm"] = "26.05"
     unique = _unique_group_names(spec)
     try:
         _compile(spec)
     except SpecError as exc:
         assert not unique, f"a fabric with unique group names was refused:\n{exc}"
-        rules = ("names both", "already used", "are one")
+        rules = ("names both", "already used", "are one", "the cabling would merge them")
         hit = [rule for p in exc.problems for rule in rules if rule in p.message]
         assert hit, str(exc)
         event(f"refused: {hit[0]}")

@@ -73,6 +73,36 @@ def _su_named(name: str, core: bool = False, nvlink: bool = False) -> Callable[[
     return apply
 
 
+def _bridged_unnamed(spec: dict) -> None:
+    """Two rails per SU, no group names; gpu002's rail 1 is cabled to the other SU's leaf."""
+    nodes = {"a": ["gpu001", "gpu002", "kw1"], "b": ["gpu003", "gpu004", "kw2"]}
+    switches = [{"name": f"lf{g}-{r}", "tier": "leaf", "radix": 8} for g in "ab" for r in (0, 1)]
+    switches.append({"name": "spine1", "tier": "spine", "radix": 8})
+    links = [{"a": n, "b": f"lf{g}-{r}"} for g in "ab" for r in (0, 1) for n in nodes[g]]
+    links[links.index({"a": "gpu002", "b": "lfa-1"})] = {"a": "gpu002", "b": "lfb-1"}  # links[4]
+    links += [{"a": f"lf{g}-{r}", "b": "spine1"} for g in "ab" for r in (0, 1)]
+    spec["fabric"] = {"link_speed": "400G", "explicit": {"switches": switches, "links": links}}
+
+
+def _dual_homed(spec: dict) -> None:
+    """One rail; gpu001 has a second NIC, cabled to the other SU's leaf."""
+    _cabled(spec, [{"a": "leaf-a", "b": "spine-a"}, {"a": "leaf-b", "b": "spine-a"}, {"a": "gpu001", "b": "leaf-b"}])
+    group(spec, "gpu")["hardware"]["nics"] = 2  # gpu002..4 now miss a NIC: reported apart
+
+
+def _su_across_unnamed_planes(spec: dict) -> None:
+    """leaf-b reaches a spine of each of two planes that share no SU otherwise."""
+    _cabled(spec, [{"a": "leaf-a", "b": "spine-a"}, {"a": "leaf-c", "b": "spine-b"},
+                   {"a": "leaf-b", "b": "spine-a"}, {"a": "leaf-b", "b": "spine-b"},
+                   {"a": "spine-a", "b": "core-a"}, {"a": "spine-b", "b": "core-a"}])
+    spec["fabric"]["explicit"]["switches"] += [
+        {"name": "leaf-c", "tier": "leaf", "radix": 16}, {"name": "spine-b", "tier": "spine", "radix": 16},
+        {"name": "core-a", "tier": "core", "radix": 16}]
+    links = spec["fabric"]["explicit"]["links"]
+    for n in ("gpu003", "kw2"):  # leaf-c takes two nodes from leaf-b
+        links[links.index({"a": n, "b": "leaf-b"})] = {"a": n, "b": "leaf-c"}
+
+
 def _two_spine_groups(spec: dict) -> None:
     """leaf-b is cabled to spines of two groups: the groups would be merged."""
     _cabled(spec, [{"a": "leaf-a", "b": "spine-a"}, {"a": "leaf-b", "b": "spine-a"}, {"a": "leaf-b", "b": "spine-b"}])
@@ -116,6 +146,16 @@ NAME_CLASHES: list[tuple[str, Callable[[dict], None], str, str]] = [
     ("node-under-two-leaf-groups", lambda s: _three_tier(s, ("rack-a", "rack-b"), extra=[{"a": "gpu001", "b": "leaf-b"}]),
      f"{SW}[1].group", ("leaf switches leaf-a (group 'rack-a') and leaf-b (group 'rack-b') are one SU: "
                         "node gpu001 is cabled to both; a node sits under exactly one SU")),
+    ("node-bridges-two-unnamed-sus", _bridged_unnamed, "fabric.explicit.links[4]",
+     ("node gpu002 is cabled to leaf switches of 2 groups: lfa-0 (with gpu001, kw1) and lfb-1 (with gpu003, gpu004, "
+     "kw2); the cabling would merge them into one SU, but a node sits under exactly one SU: cable gpu002 to leaf "
+     "switches of one group only, or, if these switches are one SU, give all of them one group name")),
+    ("dual-homed-node-bridges-two-sus", _dual_homed, "fabric.explicit.links[8]",
+     ("node gpu001 is cabled to leaf switches of 2 groups: leaf-a (with gpu002, kw1) and leaf-b (with gpu003, "
+     "gpu004, kw2)")),
+    ("su-bridges-two-unnamed-spine-groups", _su_across_unnamed_planes, "fabric.explicit.links[9]",
+     ("SU leaf-b is cabled to spine switches of 2 groups: spine-a (with leaf-a) and spine-b (with leaf-c); the "
+     "cabling would merge them into one spine group, but an SU sits under exactly one spine group")),
     ("su-under-two-spine-groups", _two_spine_groups, f"{SW}[3].group",
      "spine switches spine-a (group 'plane-a') and spine-b (group 'plane-b') are one spine group: SU leaf-b is cabled to both"),
     ("nvlink-domain-off-fabric", lambda s: (_three_tier(s, domains=("d1", "d2")),

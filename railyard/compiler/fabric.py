@@ -113,7 +113,8 @@ def _rail_optimized(
                 problems.append(
                     Problem(
                         f"{base}.scalable_units[{i}].nodes",
-                        f"{name} is in SU {seen[name]} and SU {su}; a node sits in one SU",
+                        f"{name} is in SU {seen[name]} and SU {su}; a node sits in one SU (its "
+                        f"rails are cabled to that SU's leaves): remove it from one of the two",
                     )
                 )
             seen.setdefault(name, su)
@@ -291,11 +292,13 @@ def _derive_groups(
     problems: list[Problem],
     base: str,
     origin: dict[tuple[str, str], list[str | None]],
+    link_paths: dict[tuple[str, str], str] | None = None,
 ) -> tuple[dict[str, list[Group]], dict[str, str]]:
     """Groups per tier, and the group each switch belongs to.
 
     ``origin`` receives, per (level, group name), the spec paths where the user wrote that
-    name (None where railyard made it up), one per group: name clashes are reported there."""
+    name (None where railyard made it up), one per group: name clashes are reported there.
+    ``link_paths`` gives the spec path of each (lower end, upper end) link, for errors."""
     tier_of = {s.name: s.tier for s in switches}
     label = {s.name: s.group for s in switches}
     by_name = {s.name: s for s in switches}
@@ -331,14 +334,16 @@ def _derive_groups(
         # children (below-groups) and nodes per component, in the order first reached
         children: dict[str, list[str]] = defaultdict(list)
         nodes: dict[str, list[str]] = defaultdict(list)
+        reaches: dict[str, list[tuple[str, list[str], list[str]]]] = defaultdict(list)  # (unit, its ends, reach)
         orphans = []
-        for (name, _members, member_nodes), reach in zip(below, reached, strict=True):
+        for (name, lower, member_nodes), reach in zip(below, reached, strict=True):
             if not reach:
                 orphans.append(name)
                 continue
             root = uf.find(reach[0])  # union() made everything it reaches one component
             children[root].append(name)
             nodes[root].extend(member_nodes)
+            reaches[root].append((name, lower, reach))
         if orphans:
             what = "nodes" if tier == "leaf" else f"{LEVEL_OF_TIER[TIERS[TIERS.index(tier) - 1]]} groups"
             problems.append(
@@ -351,6 +356,10 @@ def _derive_groups(
             labels = sorted({label[m] for m in members if label[m]})
             if len(labels) > 1:
                 problems.append(_merged(tier, members, labels, below, up, by_name))
+            elif not (labels and all(label[m] == labels[0] for m in members)):
+                bridge = _bridged(tier, reaches[root], by_name, link_paths or {}, base)
+                if bridge is not None:
+                    problems.append(bridge)
             if labels:
                 name = labels[0]
                 path = next(by_name[m].group_path for m in members if label[m] == name)
@@ -420,6 +429,76 @@ def _merged(
         f"{tier} switches {a} (group '{labels[0]}') and {b} (group '{labels[1]}') are one "
         f"{level}: {why}; {'an' if what == 'SU' else 'a'} {what} sits under exactly one "
         f"{level}, so {fix}, or give these switches one group name",
+    )
+
+
+def _bridged(
+    tier: str,
+    units: list[tuple[str, list[str], list[str]]],
+    by_name: dict[str, FabricSwitch],
+    link_paths: dict[tuple[str, str], str],
+    base: str,
+) -> Problem | None:
+    """One group only because a node (or lower group) is cabled into two: refuse it.
+
+    In a group made by design (the rails of an SU, the spines of a plane) any two members
+    of the tier below share a switch of the group. Two that share none are in one group
+    only through something cabled into both sides, and railyard would merge the two sides
+    silently. A user who means one group says so by giving all its switches one name."""
+    sets: dict[frozenset[str], list[str]] = {}
+    ends_of: dict[str, list[str]] = {}
+    for name, lower, reach in units:
+        sets.setdefault(frozenset(reach), []).append(name)
+        ends_of[name] = lower
+    if len(sets) < 2:
+        return None
+    # The two sides: a pair of disjoint sets, the best-supported first, preferring a pair
+    # that one set (the bridge) meets on both sides.
+    ranked = sorted(sets, key=lambda s: -len(sets[s]))
+    pairs = [(a, b) for i, a in enumerate(ranked) for b in ranked[i + 1 :] if not a & b]
+    if not pairs:
+        return None
+    found = None
+    for a, b in pairs:
+        bridges = [c for c in sets if c & a and c & b]
+        if bridges:
+            found = (a, b, min(bridges, key=lambda c: (len(sets[c]), ranked.index(c))))
+            break
+    lower = "node" if tier == "leaf" else LEVEL_WORDS[LEVEL_OF_TIER[TIERS[TIERS.index(tier) - 1]]]
+    level = LEVEL_WORDS[LEVEL_OF_TIER[tier]]
+    article = "an" if lower == "SU" else "a"
+    fix = (f"{article} {lower} sits under exactly one {level}: cable each {lower} to {tier} switches of one "
+           f"group only, or, if these switches are one {level}, give all of them one group name")
+    if found is None:  # joined through a chain: name two that share nothing
+        a, b = pairs[0]
+        return Problem(
+            base,
+            f"{lower}s {sets[a][0]} and {sets[b][0]} share no {tier} switch ({', '.join(sorted(a))}; "
+            f"{', '.join(sorted(b))}), yet the cabling of other {lower}s makes one {level} of them; {fix}",
+        )
+    a, b, bridge = found
+    first = list(sets)  # in the order the links name them
+    a, b = sorted((a, b), key=first.index)
+    who = sets[bridge]
+
+    def shown(side: frozenset[str]) -> tuple[list[str], str]:
+        switches = sorted(bridge & side)
+        others = [m for s, ms in sets.items() if s != bridge and s & side and s <= side for m in ms]
+        labels = sorted({by_name[s].group for s in switches if by_name[s].group})
+        named = f"group '{labels[0]}', " if len(labels) == 1 else ""
+        more = f" and {len(others) - 3} more" if len(others) > 3 else ""
+        return switches, f"{', '.join(switches)} ({named}with {', '.join(others[:3])}{more})"
+
+    (sw_a, text_a), (sw_b, text_b) = shown(a), shown(b)
+    # The cable to fix: into the side where the bridge has fewer switches (ties: the side
+    # the links name later).
+    wrong = sw_a if len(sw_a) < len(sw_b) else sw_b
+    path = next((link_paths[(e, s)] for s in wrong for e in ends_of[who[0]] if (e, s) in link_paths), base)
+    also = f" (and {', '.join(who[1:3])}{' and more' if len(who) > 3 else ''} likewise)" if len(who) > 1 else ""
+    return Problem(
+        path,
+        f"{lower} {who[0]}{also} is cabled to {tier} switches of 2 groups: {text_a} and {text_b}; the "
+        f"cabling would merge them into one {level}, but {fix.replace('each ' + lower, who[0])}",
     )
 
 
@@ -579,7 +658,12 @@ def build_fabric(cluster: Cluster, nodes: list[Node]) -> tuple[Fabric | None, li
         base = "fabric.explicit"
     _check_ports(switches, links, problems)
     origin: dict[tuple[str, str], list[str | None]] = {}
-    groups, _group_of = _derive_groups(switches, links, problems, base, origin)
+    link_paths: dict[tuple[str, str], str] = {}
+    if fab.explicit is not None:
+        for i, link in enumerate(fab.explicit.links):
+            link_paths.setdefault((link.a, link.b), f"{base}.links[{i}]")
+            link_paths.setdefault((link.b, link.a), f"{base}.links[{i}]")
+    groups, _group_of = _derive_groups(switches, links, problems, base, origin, link_paths)
     sus = groups.get("su", [])
     domains, block_sizes = _nvlink(cluster, sus, by_name, problems, origin)
     if domains:

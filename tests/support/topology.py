@@ -11,7 +11,10 @@ the spec documents (railyard/spec.py, DESIGN.md "The fabric model"), as plainly 
   NVLink ``domain_nodes`` cuts each SU in order into nvl1, nvl2, ... (numbered across SUs).
 * explicit: switches of one tier that share something below them (a node, for leaves; a
   group of the tier below, for spines and cores) are one group, named by the ``group``
-  their switches carry, else by the smallest switch name.
+  their switches carry, else by the smallest switch name. Such a group is valid only if
+  it carries at most one name, and if any two things below it share one of its switches
+  (unless every switch carries that one name): a node cabled into two otherwise separate
+  groups is refused.
 
 Nothing here imports the compiler.
 """
@@ -148,6 +151,11 @@ def _explicit(ex: dict[str, Any]) -> tuple[Listed, list[list[str]]]:
             labels = {label[s] for s in members if label[s]}
             if len(labels) > 1:  # cabling joins switches the spec gave two group names
                 raise ConflictingGroups(f"switches {sorted(members)} carry groups {sorted(labels)}")
+            named_all = len(labels) == 1 and all(label[s] for s in members)
+            under = [set(reach[u]) for u in units if reach[u] and _find(root, reach[u][0]) == r]
+            apart = [(x, y) for x in under for y in under if not x & y]
+            if apart and not named_all:  # joined only through something cabled into both
+                raise ConflictingGroups(f"switches {sorted(apart[0][0])} and {sorted(apart[0][1])} share nothing below")
             name = labels.pop() if labels else min(members)
             kids = [u for u in units if any(_find(root, h) == r for h in reach[u])]
             nodes = [n for k in kids for n in units[k][1]]
