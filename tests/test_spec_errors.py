@@ -103,6 +103,29 @@ def _su_across_unnamed_planes(spec: dict) -> None:
         links[links.index({"a": n, "b": "leaf-b"})] = {"a": n, "b": "leaf-c"}
 
 
+def _generated_nvlink(**names) -> Callable[[dict], None]:
+    """An explicit fabric whose NVLink domains railyard names (domain_nodes: nvl1, nvl2)."""
+    def apply(spec: dict) -> None:
+        _three_tier(spec, **names)
+        spec["fabric"]["explicit"]["nvlink"] = {"domain_nodes": 3}
+        spec["cluster"]["versions"]["slurm"] = "24.11"
+
+    return apply
+
+
+def _two_pods_named(name: str) -> Callable[[dict], None]:
+    """Two pods (one spine each, one SU each) under one core, both given one group name."""
+    def apply(spec: dict) -> None:
+        _three_tier(spec)
+        ex = spec["fabric"]["explicit"]
+        ex["links"].remove({"a": "leaf-b", "b": "spine-a"})
+        ex["switches"].append({"name": "spine-b", "tier": "spine", "radix": 16})
+        ex["links"] += [{"a": "leaf-b", "b": "spine-b"}, {"a": "spine-b", "b": "core-a"}]
+        ex["switches"][2]["group"] = ex["switches"][4]["group"] = name
+
+    return apply
+
+
 def _two_spine_groups(spec: dict) -> None:
     """leaf-b is cabled to spines of two groups: the groups would be merged."""
     _cabled(spec, [{"a": "leaf-a", "b": "spine-a"}, {"a": "leaf-b", "b": "spine-a"}, {"a": "leaf-b", "b": "spine-b"}])
@@ -113,7 +136,10 @@ def _two_spine_groups(spec: dict) -> None:
 SW = "fabric.explicit.switches"
 DOM = "fabric.explicit.nvlink.domains"
 # Group names are one namespace (Slurm switches/blocks, Volcano HyperNodes): every pair of
-# levels, user-chosen against user-chosen and against the names railyard makes up.
+# levels, user-chosen against user-chosen and against the names railyard makes up (spine,
+# pod<n>, core, nvl<n>; an unnamed explicit group takes its smallest switch's name, which
+# the user chose). Slurm's aggregated blocks are named by a hostlist of their blocks
+# ("nvl[1-2]", block_record.c), which no DNS-label group name can equal.
 NAME_CLASHES: list[tuple[str, Callable[[dict], None], str, str]] = [
     ("name-su-vs-spine", lambda s: _three_tier(s, ("x", None), spine="x"), f"{SW}[2].group",
      f"'x' names both the SU at {SW}[0].group and the spine group at {SW}[2].group"),
@@ -141,6 +167,18 @@ NAME_CLASHES: list[tuple[str, Callable[[dict], None], str, str]] = [
      "and the core group railyard names 'core'"),
     ("name-su-vs-generated-nvlink", _su_named("nvl1", nvlink=True), "fabric.rail_optimized.scalable_units[1].name",
      "and the NVLink domain railyard names 'nvl1'"),
+    ("name-su-vs-generated-nvlink-explicit", _generated_nvlink(leaves=("nvl1", None)), f"{SW}[0].group",
+     f"'nvl1' names both the SU at {SW}[0].group and the NVLink domain railyard names 'nvl1'"),
+    ("name-spine-vs-generated-nvlink", _generated_nvlink(spine="nvl2"), f"{SW}[2].group",
+     f"'nvl2' names both the spine group at {SW}[2].group and the NVLink domain railyard names 'nvl2'"),
+    ("name-core-vs-generated-nvlink", _generated_nvlink(core="nvl1"), f"{SW}[3].group",
+     f"'nvl1' names both the core group at {SW}[3].group and the NVLink domain railyard names 'nvl1'"),
+    ("name-unnamed-spine-vs-nvlink", lambda s: _three_tier(s, domains=("spine-a", "d2")), f"{DOM}[0].name",
+     f"'spine-a' names both the spine group at {SW}[2].name and the NVLink domain at {DOM}[0].name"),
+    ("name-su-vs-unnamed-core", lambda s: _three_tier(s, ("core-a", None)), f"{SW}[3].name",
+     f"'core-a' names both the SU at {SW}[0].group and the core group at {SW}[3].name"),
+    ("name-spine-vs-spine", _two_pods_named("x"), f"{SW}[4].group",
+     f"'x' names both the spine group at {SW}[2].group and the spine group at {SW}[4].group"),
     ("name-su-twice", _su_named("su1"), "fabric.rail_optimized.scalable_units[1].name",
      "SU name 'su1' is already used by scalable_units[0]; give every SU its own name"),
     ("node-under-two-leaf-groups", lambda s: _three_tier(s, ("rack-a", "rack-b"), extra=[{"a": "gpu001", "b": "leaf-b"}]),
