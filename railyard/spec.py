@@ -226,7 +226,9 @@ class NvLink(Strict):
 
     domain_nodes: Annotated[int, Field(ge=1)] | None = None  # rail-optimized: domains tile each SU
     domains: list[NvLinkDomain] | None = None  # explicit fabrics: listed domains
-    # Slurm BlockSizes; default: domain size, doubled while it fits in a scalable unit.
+    # Slurm BlockSizes. The first is the base block: the Slurm nodes of the largest domain.
+    # Default: that, doubled while the aggregated blocks Slurm forms stay inside one SU
+    # (compiler.slurm.block_layout).
     block_sizes: list[Annotated[int, Field(ge=1)]] | None = None
 
 

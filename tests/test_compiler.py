@@ -113,7 +113,9 @@ def test_block_topology_conf_for_24_11(lab):
     art = render(loads_plan(yaml.safe_dump(lab)))
     conf = art["slurm/topology.conf"]
     assert "BlockName=nvl1 Nodes=gpu[001-002]" in conf  # kw1 is not a Slurm node
-    assert "BlockSizes=3\n" in conf
+    # The base block is a domain's Slurm nodes (2, not the domain's 3: 24.11 stops on a
+    # block smaller than the base); one block per SU, so no larger size stays in an SU.
+    assert "BlockSizes=2\n" in conf
     assert "TopologyPlugin=topology/block" in art["slurm/slurm.conf"]
 
 

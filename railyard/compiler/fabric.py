@@ -15,7 +15,6 @@ NVLink domains are a second grouping, inside the leaf groups.
 
 from __future__ import annotations
 
-import itertools
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -61,7 +60,6 @@ class Fabric:
     links: tuple[tuple[str, str, int], ...]  # (lower end, upper end, parallel links)
     levels: tuple[str, ...]  # top to bottom, e.g. ("spine", "su", "nvlink")
     groups: dict[str, tuple[Group, ...]] = field(default_factory=dict)  # level -> groups in order
-    block_sizes: tuple[int, ...] = ()
 
     def level_of(self) -> dict[str, dict[str, str]]:
         """node -> {level: group name}."""
@@ -548,18 +546,18 @@ def _nvlink(
     nodes: dict[str, Node],
     problems: list[Problem],
     origin: dict[tuple[str, str], list[str | None]],
-) -> tuple[list[Group], tuple[int, ...]]:
+) -> list[Group]:
     fab = cluster.fabric
     assert fab is not None
     kind = "rail_optimized" if fab.rail_optimized else "explicit"
     spec = (fab.rail_optimized or fab.explicit).nvlink  # type: ignore[union-attr]
     if spec is None:
-        return [], ()
+        return []
     base = f"fabric.{kind}.nvlink"
     domains: list[Group] = []
     if spec.domain_nodes is not None and spec.domains is not None:
         problems.append(Problem(base, "give either 'domain_nodes' or 'domains', not both"))
-        return [], ()
+        return []
     if spec.domain_nodes is not None:
         size = spec.domain_nodes
         for su in sus:
@@ -571,7 +569,7 @@ def _nvlink(
                         f"make each SU a multiple of {size} nodes or fix domain_nodes",
                     )
                 )
-                return [], ()
+                return []
             for i in range(0, len(su.nodes), size):
                 domains.append(Group(f"nvl{len(domains) + 1}", "nvlink", su.nodes[i : i + size]))
                 origin.setdefault(("nvlink", domains[-1].name), []).append(None)
@@ -616,31 +614,10 @@ def _nvlink(
                     f"one-node domain is fine) or drop {base}",
                 )
             )
-        size = max((len(d.nodes) for d in domains), default=1)
     else:
         problems.append(Problem(base, "give 'domain_nodes' (rail-optimized) or 'domains' (explicit)"))
-        return [], ()
-
-    if spec.block_sizes is not None:
-        sizes = tuple(spec.block_sizes)
-        if sizes[0] != size:
-            problems.append(
-                Problem(f"{base}.block_sizes", f"the first block size must be the NVLink domain size {size}, not {sizes[0]}")
-            )
-        for a, b in itertools.pairwise(sizes):
-            ratio = b // a if b % a == 0 else 0
-            if ratio < 2 or ratio & (ratio - 1):
-                problems.append(
-                    Problem(f"{base}.block_sizes", f"{b} is not a power-of-two multiple of {a}; each block size is 2, 4, 8, ... times the one before")
-                )
-                break
-    else:
-        largest = max((len(su.nodes) for su in sus), default=size)
-        sizes = [size]
-        while sizes[-1] * 2 <= largest:
-            sizes.append(sizes[-1] * 2)
-        sizes = tuple(sizes)
-    return domains, sizes
+        return []
+    return domains
 
 
 def build_fabric(cluster: Cluster, nodes: list[Node]) -> tuple[Fabric | None, list[Problem]]:
@@ -665,7 +642,7 @@ def build_fabric(cluster: Cluster, nodes: list[Node]) -> tuple[Fabric | None, li
             link_paths.setdefault((link.b, link.a), f"{base}.links[{i}]")
     groups, _group_of = _derive_groups(switches, links, problems, base, origin, link_paths)
     sus = groups.get("su", [])
-    domains, block_sizes = _nvlink(cluster, sus, by_name, problems, origin)
+    domains = _nvlink(cluster, sus, by_name, problems, origin)
     if domains:
         groups["nvlink"] = domains
     _unique_names(groups, origin, problems)
@@ -679,7 +656,6 @@ def build_fabric(cluster: Cluster, nodes: list[Node]) -> tuple[Fabric | None, li
             links=tuple(links),
             levels=levels,
             groups={k: tuple(v) for k, v in groups.items()},
-            block_sizes=block_sizes,
         ),
         problems,
     )

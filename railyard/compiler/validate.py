@@ -7,7 +7,7 @@ from typing import Any
 
 from railyard.compiler.fabric import Fabric, build_fabric
 from railyard.compiler.nodes import Node, hostlist_field, resolve_nodes
-from railyard.compiler.slurm import SACKD_FROM
+from railyard.compiler.slurm import SACKD_FROM, block_layout, topology_format
 from railyard.errors import Problem
 from railyard.spec import Cluster, version_at_least
 
@@ -70,7 +70,10 @@ def _slurm(cluster: Cluster, nodes: dict[str, Node], fabric: Fabric | None, prob
     if len(defaults) > 1:
         problems.append(Problem(f"{base}.partitions", f"partitions {', '.join(defaults)} are all default; mark at most one 'default: true'"))
 
-    has_nvlink = bool(fabric and fabric.block_sizes)
+    compute = {name for name, n in nodes.items() if "slurm_compute" in n.roles}
+    layout, block_problems = block_layout(cluster, fabric, compute)
+    problems.extend(block_problems)
+    has_nvlink = bool(layout.blocks)
     fmt = slurm.topology
     if (fmt == "block" or (fmt == "auto" and has_nvlink)) and not version_at_least(version, "24.05"):
         problems.append(
@@ -81,7 +84,22 @@ def _slurm(cluster: Cluster, nodes: dict[str, Node], fabric: Fabric | None, prob
             )
         )
     if fmt == "block" and not has_nvlink:
-        problems.append(Problem(f"{base}.topology", "topology 'block' needs NVLink domains in the fabric (fabric.*.nvlink)"))
+        problems.append(Problem(
+            f"{base}.topology",
+            "topology 'block' needs NVLink domains in the fabric (fabric.*.nvlink) that hold Slurm compute nodes"))
+    rendered = topology_format(cluster, fabric, has_nvlink) in ("block", "yaml")
+    if rendered and layout.partial and not version_at_least(version, PARTIAL_BLOCKS_FROM):
+        for block in layout.partial:
+            problems.append(
+                Problem(
+                    block.path,
+                    f"NVLink domain {block.name} has {block.nodes} Slurm node(s), fewer than the base block "
+                    f"size {layout.sizes[0]}; Slurm {version} refuses such a block (slurmctld: fatal: Block "
+                    f"configuration ({block.name}) children count lower than bblock_node_cnt): put all of the "
+                    f"domain's nodes in Slurm partitions (spares and Kubernetes workers are outside its block), "
+                    f"or target Slurm {PARTIAL_BLOCKS_FROM} or later (cluster.versions.slurm), which accepts it",
+                )
+            )
     if fmt == "yaml" and not version_at_least(version, "25.05"):
         problems.append(Problem(f"{base}.topology", f"topology.yaml needs Slurm 25.05 or later, not {version}; use 'tree' or 'block'"))
     if fmt in ("tree", "block", "yaml") and fabric is None:
@@ -140,6 +158,12 @@ def _slurm(cluster: Cluster, nodes: dict[str, Node], fabric: Fabric | None, prob
         )
     if slurm.accounting is not None:
         hostlist_field(slurm.accounting.host, f"{base}.accounting.host", nodes, problems)
+
+
+# Slurm 25.05 accepts a block with fewer nodes than the base block size (SchedMD commits
+# 700ca4f85f "Support for topology/block with gaps", 8f59f086f8 "Make AllowGaps=yes
+# default"); 24.05 and 24.11 stop slurmctld on it (block_record_validate).
+PARTIAL_BLOCKS_FROM = "25.05"
 
 
 def _kubernetes(cluster: Cluster, nodes: list[Node], fabric: Fabric | None, problems: list[Problem]) -> None:
@@ -300,6 +324,19 @@ def notes(plan: Any) -> list[Problem]:
                     f"scalable units differ in size ({shown} nodes); allowed, but a job that asks for "
                     f"one SU (--switches=1, a Kueue/Volcano SU) fits in at most {min(sizes)} nodes in the "
                     "smallest",
+                )
+            )
+    if plan.slurm is not None and plan.slurm.partial_blocks:
+        base = plan.slurm.block_sizes[0]
+        for block in plan.slurm.partial_blocks:
+            out.append(
+                Problem(
+                    block.path,
+                    f"NVLink domain {block.name} has {block.nodes} Slurm node(s), fewer than the base block "
+                    f"size {base} (a smaller domain, or spares and Kubernetes workers in it). Slurm keeps such "
+                    f"a partial block, but places a job or a --segment in it only if that needs at most "
+                    f"{block.nodes} node(s), and an aggregated block (BlockSizes) that holds it has fewer "
+                    f"nodes than its size, so a job of that size does not fit there",
                 )
             )
     slurm = plan.spec.partitions.slurm

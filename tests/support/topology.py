@@ -211,17 +211,33 @@ def expected_blocks(spec: dict[str, Any]) -> dict[str, frozenset[str]]:
     return {name: nodes & compute for name, (nodes, _) in doms.items() if nodes & compute}
 
 
+def block_su(spec: dict[str, Any]) -> dict[str, str]:
+    """Slurm block (NVLink domain with Slurm nodes) -> the SU it sits in."""
+    sus = fabric_groups(spec)["su"]
+    return {b: next(su for su, (nodes, _) in sus.items() if nodes & members)
+            for b, members in expected_blocks(spec).items()}
+
+
+def blocks_per_su(spec: dict[str, Any]) -> list[int]:
+    """How many Slurm blocks each SU holds, SUs in fabric order, those without any left out."""
+    where = block_su(spec)
+    return [n for n in (list(where.values()).count(su) for su in fabric_groups(spec)["su"]) if n]
+
+
 def expected_block_sizes(spec: dict[str, Any]) -> tuple[int, ...]:
-    """BlockSizes: the spec's, else the domain size doubled while it fits in the largest SU."""
+    """BlockSizes: the spec's, else the base block (the most Slurm nodes in one domain)
+    doubled while 2^j blocks still fit in an SU and every SU but the last holds a multiple
+    of 2^j blocks: Slurm joins 2^j consecutive blocks, which must not reach into the next SU."""
     fabric = spec["fabric"]
     nvlink = (fabric.get("rail_optimized") or fabric.get("explicit"))["nvlink"]
     if nvlink.get("block_sizes"):
         return tuple(nvlink["block_sizes"])
-    groups = fabric_groups(spec)
-    sizes = [max(len(nodes) for nodes, _ in groups["nvlink"].values())]
-    largest = max(len(nodes) for nodes, _ in groups["su"].values())
-    while sizes[-1] * 2 <= largest:
-        sizes.append(sizes[-1] * 2)
+    base = max(len(members) for members in expected_blocks(spec).values())
+    counts = blocks_per_su(spec)
+    sizes, step = [base], 2
+    while step <= max(counts) and all(sum(counts[: i + 1]) % step == 0 for i in range(len(counts) - 1)):
+        sizes.append(base * step)
+        step *= 2
     return tuple(sizes)
 
 
