@@ -200,6 +200,10 @@ class NodeGroup(Strict):
     first_address: IPv4Addr | None = None
     addresses: dict[Hostname, IPv4Addr] = {}
     provision: Provision = Provision()
+    # Spares: cabled, provisioned and in the inventory (Ansible group 'spare'), but in no
+    # scheduler: no partition, no Kubernetes role, no Slurm block or HyperNode. To put one
+    # in service, move it to a group without spare (docs/user-guide.md, "Spare nodes").
+    spare: bool = False
 
     @model_validator(mode="after")
     def _names_or_pattern(self) -> NodeGroup:
