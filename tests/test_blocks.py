@@ -137,3 +137,15 @@ def test_a_partial_block_under_a_tree_is_no_concern(gb200):
     spec["partitions"]["slurm"]["topology"] = "tree"
     plan = _plan(spec)
     assert plan.slurm.topology_format == "tree" and not plan.slurm.blocks
+
+
+def test_render_prints_the_partial_block_note(gb200, tmp_path, capsys):
+    """The note reaches whoever renders, not only `railyard validate`."""
+    from railyard.cli import main
+
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text(yaml.safe_dump(_partial(gb200, "25.05"), sort_keys=False))
+    assert main(["render", str(spec), "-o", str(tmp_path / "out")]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "note fabric.rail_optimized.nvlink.domain_nodes" in printed
+    assert "NVLink domain nvl12 has 12 Slurm node(s), fewer than the base block size 18" in printed
