@@ -451,24 +451,50 @@ def _bridged(
     if len(sets) < 2:
         return None
     # The two sides: a pair of disjoint sets, the best-supported first, preferring a pair
-    # that one set (the bridge) meets on both sides.
+    # that one set (the bridge) meets on both sides. Bit i stands for ranked[i], so a
+    # hostile spec of many distinct sets costs big-int ORs, not a Python loop per pair.
     ranked = sorted(sets, key=lambda s: -len(sets[s]))
-    pairs = [(a, b) for i, a in enumerate(ranked) for b in ranked[i + 1 :] if not a & b]
-    if not pairs:
-        return None
+    holders: dict[str, int] = defaultdict(int)  # switch -> the sets that hold it
+    for i, s in enumerate(ranked):
+        for sw in s:
+            holders[sw] |= 1 << i
+    everything = (1 << len(ranked)) - 1
+    if any(mask == everything for mask in holders.values()):
+        return None  # one switch under all of them: one group by design
+    meets: dict[int, int] = {}
+
+    def meet(i: int) -> int:  # the sets that share a switch with ranked[i]
+        if i not in meets:
+            mask = 0
+            for sw in ranked[i]:
+                mask |= holders[sw]
+            meets[i] = mask
+        return meets[i]
+
+    first_pair = None
     found = None
-    for a, b in pairs:
-        bridges = [c for c in sets if c & a and c & b]
-        if bridges:
-            found = (a, b, min(bridges, key=lambda c: (len(sets[c]), ranked.index(c))))
+    tries = 0
+    for i in range(len(ranked)):
+        apart = everything & ~meet(i) & ~((1 << (i + 1)) - 1)  # later sets sharing nothing with it
+        while apart and found is None and tries < 10_000:
+            j = (apart & -apart).bit_length() - 1
+            apart &= apart - 1
+            tries += 1
+            first_pair = first_pair or (ranked[i], ranked[j])
+            bridges = meet(i) & meet(j)
+            if bridges:  # the fewest members hold the last (ranked by support)
+                found = (ranked[i], ranked[j], ranked[bridges.bit_length() - 1])
+        if found is not None or tries >= 10_000:
             break
+    if first_pair is None:
+        return None
     lower = "node" if tier == "leaf" else LEVEL_WORDS[LEVEL_OF_TIER[TIERS[TIERS.index(tier) - 1]]]
     level = LEVEL_WORDS[LEVEL_OF_TIER[tier]]
     article = "an" if lower == "SU" else "a"
     fix = (f"{article} {lower} sits under exactly one {level}: cable each {lower} to {tier} switches of one "
            f"group only, or, if these switches are one {level}, give all of them one group name")
     if found is None:  # joined through a chain: name two that share nothing
-        a, b = pairs[0]
+        a, b = first_pair
         return Problem(
             base,
             f"{lower}s {sets[a][0]} and {sets[b][0]} share no {tier} switch ({', '.join(sorted(a))}; "
