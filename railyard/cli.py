@@ -41,6 +41,13 @@ def _report_spec_error(exc: SpecError, as_json: bool) -> int:
     return exitcodes.ERROR
 
 
+def _print_notes(plan: Any) -> None:
+    """What is allowed but worth knowing (railyard.compiler.validate.notes), one line each."""
+    for n in plan.notes:
+        where = f"{n.path}" + (f" (line {n.line})" if n.line else "")
+        out.print(f"  [yellow]note[/] [bold]{escape(where)}[/]: {escape(n.message)}", soft_wrap=True)
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     plan = _plan(args.spec)
     summary = {
@@ -61,9 +68,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             f"({summary['slurm_compute']} Slurm compute, {summary['kubernetes_workers']} Kubernetes workers), "
             f"{summary['gpus']} GPUs, Slurm topology: {summary['topology']}"
         )
-        for n in plan.notes:
-            where = f"{n.path}" + (f" (line {n.line})" if n.line else "")
-            out.print(f"  [yellow]note[/] [bold]{escape(where)}[/]: {escape(n.message)}", soft_wrap=True)
+        _print_notes(plan)
     return exitcodes.OK
 
 
@@ -81,6 +86,7 @@ def cmd_render(args: argparse.Namespace) -> int:
         print(json.dumps({"output": args.output, "files": sorted(artifacts), "digest": digest(artifacts)}, indent=1))
     else:
         out.print(f"[green]✓[/] rendered {len(artifacts)} files into {args.output} (digest {digest(artifacts)[:12]})")
+        _print_notes(plan)
     return exitcodes.OK
 
 

@@ -504,3 +504,33 @@ def slurm_minutes(value: str) -> float:
     if len(parts) == 2:
         return parts[0] + parts[1] / 60  # m:s
     return parts[0] * 60 + parts[1] + parts[2] / 60  # h:m:s
+
+
+# ---------------------------------------------------------------- Slurm counts
+
+
+def _whole(unit: str, upper: int, example: str, unlimited: bool = False) -> Any:
+    """A count of ``unit`` from 0 to ``upper`` that Slurm reads as a number; with ``unlimited``
+    also the word UNLIMITED. YAML's true/false and 1.5 are refused, not read as 1 or cut."""
+    words = " or UNLIMITED" if unlimited else ""
+
+    def check(value: Any) -> Any:
+        if unlimited and isinstance(value, str) and value.upper() in ("UNLIMITED", "INFINITE"):
+            return "UNLIMITED"
+        if isinstance(value, bool) or not isinstance(value, int):
+            shown = ("true/false" if isinstance(value, bool) else _show(value) if isinstance(value, str)
+                     else _show(repr(value)).strip("'"))
+            # ValueError, not TypeError: pydantic reports only ValueError as a spec problem
+            raise ValueError(f"{shown} is not a whole number of {unit}; write a number from 0 to "  # noqa: TRY004
+                             f"{upper}{words} (e.g. {example}), without quotes or a unit")
+        if not 0 <= value <= upper:
+            raise ValueError(f"{value} {unit} is out of range; Slurm takes 0 to {upper}{words}")
+        return value
+
+    return BeforeValidator(check)
+
+
+# GraceTime (partition): Slurm reads 32 bits, 4294967295 meaning unlimited.
+GraceSeconds = Annotated[int, _whole("seconds", 4_294_967_294, "30")]
+# OverTimeLimit: "May not exceed 65533 minutes" (slurm.conf.5); UNLIMITED is allowed.
+OverTimeMinutes = Annotated[int | str, _whole("minutes", 65533, "1", unlimited=True)]

@@ -27,6 +27,7 @@ from railyard.fieldtypes import (
     EnrootPath,
     ExportOption,
     GpuType,
+    GraceSeconds,
     Hostlist,
     Hostname,
     IPv4Addr,
@@ -36,6 +37,7 @@ from railyard.fieldtypes import (
     Name,
     NicName,
     NodeName,
+    OverTimeMinutes,
     Pattern,
     SystemId,
     Url,
@@ -198,6 +200,10 @@ class NodeGroup(Strict):
     first_address: IPv4Addr | None = None
     addresses: dict[Hostname, IPv4Addr] = {}
     provision: Provision = Provision()
+    # Spares: cabled, provisioned and in the inventory (Ansible group 'spare'), but in no
+    # scheduler: no partition, no Kubernetes role, no Slurm block or HyperNode. To put one
+    # in service, move it to a group without spare (docs/user-guide.md, "Spare nodes").
+    spare: bool = False
 
     @model_validator(mode="after")
     def _names_or_pattern(self) -> NodeGroup:
@@ -224,7 +230,9 @@ class NvLink(Strict):
 
     domain_nodes: Annotated[int, Field(ge=1)] | None = None  # rail-optimized: domains tile each SU
     domains: list[NvLinkDomain] | None = None  # explicit fabrics: listed domains
-    # Slurm BlockSizes; default: domain size, doubled while it fits in a scalable unit.
+    # Slurm BlockSizes. The first is the base block: the Slurm nodes of the largest domain.
+    # Default: that, doubled while the aggregated blocks Slurm forms stay inside one SU
+    # (compiler.slurm.block_layout).
     block_sizes: list[Annotated[int, Field(ge=1)]] | None = None
 
 
@@ -335,6 +343,9 @@ class SlurmPartitionDef(Strict):
     default_time: str | None = None
     def_cpu_per_gpu: Annotated[int, Field(ge=1)] | None = None
     def_mem_per_gpu_mb: Annotated[int, Field(ge=1)] | None = None
+    # GraceTime: seconds a job selected for preemption keeps running after SIGTERM. Slurm
+    # reads it only with PreemptType=preempt/partition_prio (docs/user-guide.md).
+    grace_time: GraceSeconds | None = None
     # topology.yaml (25.05+): which topology this partition schedules by.
     topology: Literal["fabric", "nvlink", "flat"] | None = None
 
@@ -397,7 +408,14 @@ class Slurm(Strict):
     mpi_default: Literal["none", "pmix", "pmi2"] = "none"
     # Seconds a --switches=N@T job may wait for its placement (Slurm's default is 300).
     max_switch_wait: Annotated[int, Field(ge=0)] = 1800
+    # OverTimeLimit: minutes a job may run past its time limit before Slurm cancels it
+    # (cluster-wide); room for a checkpoint that started late (docs/user-guide.md).
+    over_time_limit: OverTimeMinutes | None = None
     gres_autodetect: Literal["off", "nvml", "nvidia"] = "off"
+    # How nodes get slurm.conf: "configless" (slurmd fetches it from slurmctld, login nodes
+    # run sackd, which is new in Slurm 23.11) or "files" (every node gets the files).
+    # Default: configless from Slurm 24.11, files before (compiler.slurm.config_delivery).
+    config_delivery: Literal["configless", "files"] | None = None
     accounting: Accounting | None = None
     munge_key: SecretRef | None = None  # default: generated once and kept as a Pulumi secret
     pyxis: Pyxis = Pyxis()

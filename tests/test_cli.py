@@ -127,8 +127,8 @@ def test_the_spec_is_an_ansible_inventory():
     assert json.loads(host.stdout)["railyard_address"] == "10.77.0.12"
 
 
-@pytest.mark.parametrize("name", ["lab", "dgx-h100"])
-def test_rendered_inventory_gives_each_host_the_plans_variables(tmp_path, name):
+@pytest.mark.parametrize(("name", "delivery"), [("lab", "configless"), ("dgx-h100", "configless")])
+def test_rendered_inventory_gives_each_host_the_plans_variables(tmp_path, name, delivery):
     """What Ansible merges for each host from the rendered inventory (host entries, all.json,
     group_vars of shared variables) is the plan's host variables, nothing more or less."""
     from railyard.load import load_plan
@@ -142,6 +142,7 @@ def test_rendered_inventory_gives_each_host_the_plans_variables(tmp_path, name):
     cluster = {"railyard_cluster": plan.name, "railyard_domain": plan.spec.cluster.domain,
                "railyard_slurm_version": plan.spec.cluster.versions.slurm,
                "railyard_slurm_mpi_default": plan.spec.partitions.slurm.mpi_default,
+               "railyard_slurm_config_delivery": delivery,  # both target 24.11: the default
                "railyard_hosts": [{"name": n.name, "address": n.address} for n in plan.nodes]}
     assert sorted(merged) == sorted(plan.inventory.hostvars)
     for host, hv in plan.inventory.hostvars.items():

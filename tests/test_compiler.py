@@ -113,7 +113,9 @@ def test_block_topology_conf_for_24_11(lab):
     art = render(loads_plan(yaml.safe_dump(lab)))
     conf = art["slurm/topology.conf"]
     assert "BlockName=nvl1 Nodes=gpu[001-002]" in conf  # kw1 is not a Slurm node
-    assert "BlockSizes=3\n" in conf
+    # The base block is a domain's Slurm nodes (2, not the domain's 3: 24.11 stops on a
+    # block smaller than the base); one block per SU, so no larger size stays in an SU.
+    assert "BlockSizes=2\n" in conf
     assert "TopologyPlugin=topology/block" in art["slurm/slurm.conf"]
 
 
@@ -144,14 +146,19 @@ def test_explicit_fabric_leaves_sharing_nodes_are_one_switch(lab):
 @pytest.mark.parametrize(
     ("version", "cgroups", "present", "absent"),
     [
-        ("22.05", False, ["TaskPlugin=task/none", "ProctrackType=proctrack/linuxproc"], ["TaskPlugin=task/cgroup"]),
-        ("22.05", True, ["TaskPlugin=task/cgroup,task/affinity", "ProctrackType=proctrack/cgroup"], ["task/none"]),
-        ("23.11", False, ["ProctrackType=proctrack/linuxproc"], ["TaskPlugin="]),
-        ("23.11", True, ["TaskPlugin=task/cgroup,task/affinity", "ProctrackType=proctrack/cgroup"], ["task/none"]),
-        ("24.11", False, ["ProctrackType=proctrack/linuxproc"], ["TaskPlugin="]),
-        ("24.11", True, ["TaskPlugin=task/cgroup,task/affinity", "ProctrackType=proctrack/cgroup"], ["task/none"]),
-        ("25.05", False, ["ProctrackType=proctrack/linuxproc"], ["TaskPlugin="]),
-        ("25.05", True, ["TaskPlugin=task/cgroup,task/affinity", "ProctrackType=proctrack/cgroup"], ["task/none"]),
+        ("22.05", False, ["TaskPlugin=task/none", "ProctrackType=proctrack/linuxproc"],
+         ["TaskPlugin=task/cgroup", "SlurmctldParameters="]),
+        ("22.05", True, ["TaskPlugin=task/cgroup,task/affinity", "ProctrackType=proctrack/cgroup"],
+         ["task/none", "SlurmctldParameters="]),
+        ("23.11", False, ["ProctrackType=proctrack/linuxproc"], ["TaskPlugin=", "SlurmctldParameters="]),
+        ("23.11", True, ["TaskPlugin=task/cgroup,task/affinity", "ProctrackType=proctrack/cgroup"],
+         ["task/none", "SlurmctldParameters="]),
+        ("24.11", False, ["ProctrackType=proctrack/linuxproc", "SlurmctldParameters=enable_configless"], ["TaskPlugin="]),
+        ("24.11", True, ["TaskPlugin=task/cgroup,task/affinity", "ProctrackType=proctrack/cgroup",
+                         "SlurmctldParameters=enable_configless"], ["task/none"]),
+        ("25.05", False, ["ProctrackType=proctrack/linuxproc", "SlurmctldParameters=enable_configless"], ["TaskPlugin="]),
+        ("25.05", True, ["TaskPlugin=task/cgroup,task/affinity", "ProctrackType=proctrack/cgroup",
+                         "SlurmctldParameters=enable_configless"], ["task/none"]),
     ],
 )
 def test_slurm_conf_follows_the_target_version(lab, version, cgroups, present, absent):

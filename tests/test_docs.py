@@ -30,3 +30,38 @@ def test_readme_example_is_valid_and_derives_what_it_claims():
     assert gpu == [{"name": "nvidia.com/gpu", "nominalQuota": "16"}]
     assert [n.name for n in plan.nodes if n.group == "gpu"] == expand("gpu[01-06]")
     assert plan.node("ctl1").address == "10.0.0.10"
+
+
+def _guide_block(section: str, lang: str) -> str:
+    text = (ROOT / "docs" / "user-guide.md").read_text()
+    part = text.split(f"## {section}", 1)[1].split("\n## ", 1)[0]
+    return re.search(rf"```{lang}\n(.*?)```", part, re.DOTALL).group(1)
+
+
+def test_user_guide_checkpoint_limits_render_as_it_says(lab):
+    """The guide's limits, put into the lab spec, give the lines it describes."""
+    import yaml
+
+    given = yaml.safe_load(_guide_block("Jobs that checkpoint", "yaml"))["partitions"]["slurm"]
+    lab["partitions"]["slurm"]["over_time_limit"] = given["over_time_limit"]
+    lab["partitions"]["slurm"]["partitions"] = given["partitions"]
+    conf = render(loads_plan(yaml.safe_dump(lab), "guide.yaml"))["slurm/slurm.conf"]
+    assert "\nOverTimeLimit=1\n" in conf
+    assert ("PartitionName=gpu Nodes=gpu[001-004] Default=NO MaxTime=1-00:00:00 DefaultTime=04:00:00 "
+            "GraceTime=120 State=UP") in conf
+
+
+def test_user_guide_job_script_is_valid_bash(tmp_path):
+    import shutil
+    import subprocess
+
+    script = _guide_block("Jobs that checkpoint", "bash")
+    assert "#SBATCH --signal=B:USR1@300" in script and "scontrol requeue" in script
+    bash = shutil.which("bash")
+    assert bash, "bash is not installed"
+    (tmp_path / "job.sh").write_text(script)
+    subprocess.run([bash, "-n", str(tmp_path / "job.sh")], check=True)
+
+
+def test_readme_links_the_user_guide():
+    assert "](docs/user-guide.md)" in (ROOT / "README.md").read_text()

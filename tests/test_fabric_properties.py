@@ -8,11 +8,15 @@ dict without the compiler. Checked for every fabric:
 
 * a real slurmctld (Debian 12's 22.05: tree topology only) loads the rendered
   topology.conf and ``scontrol show topology`` is exactly the derived tree;
-* block topology (NVLink domains) cannot load on 22.05, so at 24.11 the rendered
-  BlockName/BlockSizes lines are compared with the derivation, without slurmctld;
+* block topology (NVLink domains) cannot load on 22.05, so at 25.05 the rendered
+  BlockName/BlockSizes lines are compared with the derivation, without slurmctld, and no
+  aggregated block Slurm would form from them spans two SUs; at 24.11 a spec whose
+  domains give Slurm fewer nodes than the base block (24.11's slurmctld stops on it) is
+  refused, and only such a spec;
 * the Kueue Topology's levels nest and every worker has a label at every level;
 * every Volcano HyperNode has exactly one parent (the top tier none), and no name repeats;
-* names that clash across levels are refused, and only those.
+* names that clash across levels, and cabling that joins two groups, are refused, and only
+  those.
 
 CI runs a bounded, derandomized, database-less profile (reproducible, ~20 slurmctld starts).
 Benchmark: ``RAILYARD_HYPOTHESIS_EXAMPLES=500 pytest tests/test_fabric_properties.py`` runs
@@ -40,6 +44,7 @@ from tests.support.slurmhost import SlurmHost, slurm_missing_reason
 from tests.support.topology import (
     LEVELS_TOP_DOWN,
     ConflictingGroups,
+    block_su,
     expected_block_sizes,
     expected_blocks,
     expected_hypernodes,
@@ -232,10 +237,11 @@ def explicit_specs(draw, nvlink: bool | None = None, clashing: bool = False) -> 
 
     up = draw(st.integers(1, 2))  # parallel links between switches (count:)
     # Rewire one NIC of one node to the same rail's leaf of another SU: cabling then joins
-    # the two SUs into one group (valid unless they carry two different group names).
+    # the two SUs into one group, which is refused unless every switch of both carries one
+    # group name (only the clash test draws it: no other spec with it is valid).
     # (The node keeps its other rails, so it needs two; and a leaf must keep a node, so only
     # an SU of two or more nodes gives one away.)
-    rewire = rails > 1 and len(sus) > 1 and any(len(su) > 1 for su in sus) and draw(st.booleans())
+    rewire = clashing and rails > 1 and len(sus) > 1 and any(len(su) > 1 for su in sus) and draw(st.booleans())
     su_index = 0
     spine_names: list[str] = []
     for p, pod in enumerate(pods, 1):
@@ -341,14 +347,38 @@ _BLOCK = re.compile(r"^BlockName=(\S+) Nodes=(\S+)$", re.MULTILINE)
 @given(spec=fabrics(nvlink=True))
 def test_block_lines_are_the_nvlink_domains(spec):
     # Block topology needs Slurm 23.11+ (railyard: 24.05+); Debian 12's 22.05 cannot load it,
-    # so the rendered lines are compared with the derivation without slurmctld.
-    spec["cluster"]["versions"]["slurm"] = "24.11"
+    # so the rendered lines are compared with the derivation without slurmctld. 25.05 takes
+    # partial blocks (a domain that gives Slurm fewer nodes than the base block).
+    spec["cluster"]["versions"]["slurm"] = "25.05"
+    spec["partitions"]["slurm"]["topology"] = "block"  # topology.conf, as 24.x reads it
     conf = render(_compile(spec))["slurm/topology.conf"]
-    blocks = {name: frozenset(NodeSet(nodes)) for name, nodes in _BLOCK.findall(conf)}
-    assert len(blocks) == len(_BLOCK.findall(conf))
+    listed = _BLOCK.findall(conf)
+    blocks = {name: frozenset(NodeSet(nodes)) for name, nodes in listed}
+    assert len(blocks) == len(listed)
     assert blocks == expected_blocks(spec)
     sizes = re.search(r"^BlockSizes=(\S+)$", conf, re.MULTILINE)
     assert sizes and tuple(int(x) for x in sizes.group(1).split(",")) == expected_block_sizes(spec)
+    # Slurm's aggregates (block_record.c): at each BlockSizes level of 2^j base blocks,
+    # blocks [k*2^j, (k+1)*2^j) in the order listed. None may reach into a second SU.
+    su = block_su(spec)
+    order = [name for name, _ in listed]
+    base = int(sizes.group(1).split(",")[0])
+    for size in (int(x) for x in sizes.group(1).split(",")[1:]):
+        step = size // base
+        for k in range(0, len(order), step):
+            spanned = {su[b] for b in order[k : k + step]}
+            assert len(spanned) == 1, f"BlockSizes {size} joins {order[k : k + step]} across SUs {spanned}"
+    # 24.11 stops on a block smaller than the base: refused there, and only then.
+    spec["cluster"]["versions"]["slurm"] = "24.11"
+    partial = [b for b, members in expected_blocks(spec).items() if len(members) < base]
+    try:
+        _compile(spec)
+    except SpecError as exc:
+        assert partial, f"refused without a partial block:\n{exc}"
+        assert all(f"NVLink domain {b} has" in str(exc) for b in partial), str(exc)
+        event("24.11: partial blocks refused")
+        return
+    assert not partial, f"24.11 took partial blocks {partial}"
 
 
 # ---------------------------------------------------------------- Kubernetes
@@ -419,18 +449,20 @@ def test_every_hypernode_has_one_parent_and_a_unique_name(spec):
 @_settings(PURE_EXAMPLES)
 @given(spec=st.one_of(rail_optimized_specs(clashing=True), explicit_specs(clashing=True)))
 def test_clashing_group_names_are_refused_and_only_those(spec):
-    """Names that repeat across groups, and groups that cabling joins but the spec names
-    twice (a node cabled to leaves of two groups), are refused; every other spec compiles."""
+    """Names that repeat across groups, groups that cabling joins but the spec names twice,
+    and a node cabled to leaves of two otherwise separate groups (named or not) are refused;
+    every other spec compiles."""
     spec["cluster"]["versions"]["slurm"] = "26.05"
     unique = _unique_group_names(spec)
     try:
         _compile(spec)
     except SpecError as exc:
         assert not unique, f"a fabric with unique group names was refused:\n{exc}"
-        rules = ("names both", "already used", "are one")
+        rules = ("names both", "already used", "are one", "the cabling would merge them")
         hit = [rule for p in exc.problems for rule in rules if rule in p.message]
         assert hit, str(exc)
-        event(f"refused: {hit[0]}")
+        for rule in sorted(set(hit)):
+            event(f"refused: {rule}")
         return
     event("compiled")
     assert unique, "group names clash but the spec compiled"

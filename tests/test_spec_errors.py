@@ -73,6 +73,59 @@ def _su_named(name: str, core: bool = False, nvlink: bool = False) -> Callable[[
     return apply
 
 
+def _bridged_unnamed(spec: dict) -> None:
+    """Two rails per SU, no group names; gpu002's rail 1 is cabled to the other SU's leaf."""
+    nodes = {"a": ["gpu001", "gpu002", "kw1"], "b": ["gpu003", "gpu004", "kw2"]}
+    switches = [{"name": f"lf{g}-{r}", "tier": "leaf", "radix": 8} for g in "ab" for r in (0, 1)]
+    switches.append({"name": "spine1", "tier": "spine", "radix": 8})
+    links = [{"a": n, "b": f"lf{g}-{r}"} for g in "ab" for r in (0, 1) for n in nodes[g]]
+    links[links.index({"a": "gpu002", "b": "lfa-1"})] = {"a": "gpu002", "b": "lfb-1"}  # links[4]
+    links += [{"a": f"lf{g}-{r}", "b": "spine1"} for g in "ab" for r in (0, 1)]
+    spec["fabric"] = {"link_speed": "400G", "explicit": {"switches": switches, "links": links}}
+
+
+def _dual_homed(spec: dict) -> None:
+    """One rail; gpu001 has a second NIC, cabled to the other SU's leaf."""
+    _cabled(spec, [{"a": "leaf-a", "b": "spine-a"}, {"a": "leaf-b", "b": "spine-a"}, {"a": "gpu001", "b": "leaf-b"}])
+    group(spec, "gpu")["hardware"]["nics"] = 2  # gpu002..4 now miss a NIC: reported apart
+
+
+def _su_across_unnamed_planes(spec: dict) -> None:
+    """leaf-b reaches a spine of each of two planes that share no SU otherwise."""
+    _cabled(spec, [{"a": "leaf-a", "b": "spine-a"}, {"a": "leaf-c", "b": "spine-b"},
+                   {"a": "leaf-b", "b": "spine-a"}, {"a": "leaf-b", "b": "spine-b"},
+                   {"a": "spine-a", "b": "core-a"}, {"a": "spine-b", "b": "core-a"}])
+    spec["fabric"]["explicit"]["switches"] += [
+        {"name": "leaf-c", "tier": "leaf", "radix": 16}, {"name": "spine-b", "tier": "spine", "radix": 16},
+        {"name": "core-a", "tier": "core", "radix": 16}]
+    links = spec["fabric"]["explicit"]["links"]
+    for n in ("gpu003", "kw2"):  # leaf-c takes two nodes from leaf-b
+        links[links.index({"a": n, "b": "leaf-b"})] = {"a": n, "b": "leaf-c"}
+
+
+def _generated_nvlink(**names) -> Callable[[dict], None]:
+    """An explicit fabric whose NVLink domains railyard names (domain_nodes: nvl1, nvl2)."""
+    def apply(spec: dict) -> None:
+        _three_tier(spec, **names)
+        spec["fabric"]["explicit"]["nvlink"] = {"domain_nodes": 3}
+        spec["cluster"]["versions"]["slurm"] = "24.11"
+
+    return apply
+
+
+def _two_pods_named(name: str) -> Callable[[dict], None]:
+    """Two pods (one spine each, one SU each) under one core, both given one group name."""
+    def apply(spec: dict) -> None:
+        _three_tier(spec)
+        ex = spec["fabric"]["explicit"]
+        ex["links"].remove({"a": "leaf-b", "b": "spine-a"})
+        ex["switches"].append({"name": "spine-b", "tier": "spine", "radix": 16})
+        ex["links"] += [{"a": "leaf-b", "b": "spine-b"}, {"a": "spine-b", "b": "core-a"}]
+        ex["switches"][2]["group"] = ex["switches"][4]["group"] = name
+
+    return apply
+
+
 def _two_spine_groups(spec: dict) -> None:
     """leaf-b is cabled to spines of two groups: the groups would be merged."""
     _cabled(spec, [{"a": "leaf-a", "b": "spine-a"}, {"a": "leaf-b", "b": "spine-a"}, {"a": "leaf-b", "b": "spine-b"}])
@@ -83,7 +136,10 @@ def _two_spine_groups(spec: dict) -> None:
 SW = "fabric.explicit.switches"
 DOM = "fabric.explicit.nvlink.domains"
 # Group names are one namespace (Slurm switches/blocks, Volcano HyperNodes): every pair of
-# levels, user-chosen against user-chosen and against the names railyard makes up.
+# levels, user-chosen against user-chosen and against the names railyard makes up (spine,
+# pod<n>, core, nvl<n>; an unnamed explicit group takes its smallest switch's name, which
+# the user chose). Slurm's aggregated blocks are named by a hostlist of their blocks
+# ("nvl[1-2]", block_record.c), which no DNS-label group name can equal.
 NAME_CLASHES: list[tuple[str, Callable[[dict], None], str, str]] = [
     ("name-su-vs-spine", lambda s: _three_tier(s, ("x", None), spine="x"), f"{SW}[2].group",
      f"'x' names both the SU at {SW}[0].group and the spine group at {SW}[2].group"),
@@ -111,11 +167,33 @@ NAME_CLASHES: list[tuple[str, Callable[[dict], None], str, str]] = [
      "and the core group railyard names 'core'"),
     ("name-su-vs-generated-nvlink", _su_named("nvl1", nvlink=True), "fabric.rail_optimized.scalable_units[1].name",
      "and the NVLink domain railyard names 'nvl1'"),
+    ("name-su-vs-generated-nvlink-explicit", _generated_nvlink(leaves=("nvl1", None)), f"{SW}[0].group",
+     f"'nvl1' names both the SU at {SW}[0].group and the NVLink domain railyard names 'nvl1'"),
+    ("name-spine-vs-generated-nvlink", _generated_nvlink(spine="nvl2"), f"{SW}[2].group",
+     f"'nvl2' names both the spine group at {SW}[2].group and the NVLink domain railyard names 'nvl2'"),
+    ("name-core-vs-generated-nvlink", _generated_nvlink(core="nvl1"), f"{SW}[3].group",
+     f"'nvl1' names both the core group at {SW}[3].group and the NVLink domain railyard names 'nvl1'"),
+    ("name-unnamed-spine-vs-nvlink", lambda s: _three_tier(s, domains=("spine-a", "d2")), f"{DOM}[0].name",
+     f"'spine-a' names both the spine group at {SW}[2].name and the NVLink domain at {DOM}[0].name"),
+    ("name-su-vs-unnamed-core", lambda s: _three_tier(s, ("core-a", None)), f"{SW}[3].name",
+     f"'core-a' names both the SU at {SW}[0].group and the core group at {SW}[3].name"),
+    ("name-spine-vs-spine", _two_pods_named("x"), f"{SW}[4].group",
+     f"'x' names both the spine group at {SW}[2].group and the spine group at {SW}[4].group"),
     ("name-su-twice", _su_named("su1"), "fabric.rail_optimized.scalable_units[1].name",
      "SU name 'su1' is already used by scalable_units[0]; give every SU its own name"),
     ("node-under-two-leaf-groups", lambda s: _three_tier(s, ("rack-a", "rack-b"), extra=[{"a": "gpu001", "b": "leaf-b"}]),
      f"{SW}[1].group", ("leaf switches leaf-a (group 'rack-a') and leaf-b (group 'rack-b') are one SU: "
                         "node gpu001 is cabled to both; a node sits under exactly one SU")),
+    ("node-bridges-two-unnamed-sus", _bridged_unnamed, "fabric.explicit.links[4]",
+     ("node gpu002 is cabled to leaf switches of 2 groups: lfa-0 (with gpu001, kw1) and lfb-1 (with gpu003, gpu004, "
+     "kw2); the cabling would merge them into one SU, but a node sits under exactly one SU: cable gpu002 to leaf "
+     "switches of one group only, or, if these switches are one SU, give all of them one group name")),
+    ("dual-homed-node-bridges-two-sus", _dual_homed, "fabric.explicit.links[8]",
+     ("node gpu001 is cabled to leaf switches of 2 groups: leaf-a (with gpu002, kw1) and leaf-b (with gpu003, "
+     "gpu004, kw2)")),
+    ("su-bridges-two-unnamed-spine-groups", _su_across_unnamed_planes, "fabric.explicit.links[9]",
+     ("SU leaf-b is cabled to spine switches of 2 groups: spine-a (with leaf-a) and spine-b (with leaf-c); the "
+     "cabling would merge them into one spine group, but an SU sits under exactly one spine group")),
     ("su-under-two-spine-groups", _two_spine_groups, f"{SW}[3].group",
      "spine switches spine-a (group 'plane-a') and spine-b (group 'plane-b') are one spine group: SU leaf-b is cabled to both"),
     ("nvlink-domain-off-fabric", lambda s: (_three_tier(s, domains=("d1", "d2")),
@@ -198,6 +276,8 @@ CASES: list[tuple[str, Callable[[dict], None], str, str]] = [
                                             s["cluster"]["versions"].update(slurm="22.05")),
      "partitions.slurm.gres_autodetect",
      "AutoDetect=nvidia needs Slurm 24.11+"),
+    ("pyxis-without-enroot", lambda s: slurm(s)["enroot"].update(enabled=False), "partitions.slurm.enroot.enabled",
+     "Pyxis is enabled (partitions.slurm.pyxis.enabled) but Enroot is not"),
     ("pyxis-without-package", lambda s: slurm(s)["pyxis"].pop("package"), "partitions.slurm.pyxis.package", "has no package source"),
     ("package-two-sources", lambda s: slurm(s)["enroot"].update(package={"url": "https://x/e.deb", "apt": "enroot"}),
      "partitions.slurm.enroot.package", "exactly one of 'url', 'path' or 'apt'"),

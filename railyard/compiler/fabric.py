@@ -15,7 +15,6 @@ NVLink domains are a second grouping, inside the leaf groups.
 
 from __future__ import annotations
 
-import itertools
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -61,7 +60,6 @@ class Fabric:
     links: tuple[tuple[str, str, int], ...]  # (lower end, upper end, parallel links)
     levels: tuple[str, ...]  # top to bottom, e.g. ("spine", "su", "nvlink")
     groups: dict[str, tuple[Group, ...]] = field(default_factory=dict)  # level -> groups in order
-    block_sizes: tuple[int, ...] = ()
 
     def level_of(self) -> dict[str, dict[str, str]]:
         """node -> {level: group name}."""
@@ -113,7 +111,8 @@ def _rail_optimized(
                 problems.append(
                     Problem(
                         f"{base}.scalable_units[{i}].nodes",
-                        f"{name} is in SU {seen[name]} and SU {su}; a node sits in one SU",
+                        f"{name} is in SU {seen[name]} and SU {su}; a node sits in one SU (its "
+                        f"rails are cabled to that SU's leaves): remove it from one of the two",
                     )
                 )
             seen.setdefault(name, su)
@@ -291,11 +290,13 @@ def _derive_groups(
     problems: list[Problem],
     base: str,
     origin: dict[tuple[str, str], list[str | None]],
+    link_paths: dict[tuple[str, str], str] | None = None,
 ) -> tuple[dict[str, list[Group]], dict[str, str]]:
     """Groups per tier, and the group each switch belongs to.
 
     ``origin`` receives, per (level, group name), the spec paths where the user wrote that
-    name (None where railyard made it up), one per group: name clashes are reported there."""
+    name (None where railyard made it up), one per group: name clashes are reported there.
+    ``link_paths`` gives the spec path of each (lower end, upper end) link, for errors."""
     tier_of = {s.name: s.tier for s in switches}
     label = {s.name: s.group for s in switches}
     by_name = {s.name: s for s in switches}
@@ -331,14 +332,16 @@ def _derive_groups(
         # children (below-groups) and nodes per component, in the order first reached
         children: dict[str, list[str]] = defaultdict(list)
         nodes: dict[str, list[str]] = defaultdict(list)
+        reaches: dict[str, list[tuple[str, list[str], list[str]]]] = defaultdict(list)  # (unit, its ends, reach)
         orphans = []
-        for (name, _members, member_nodes), reach in zip(below, reached, strict=True):
+        for (name, lower, member_nodes), reach in zip(below, reached, strict=True):
             if not reach:
                 orphans.append(name)
                 continue
             root = uf.find(reach[0])  # union() made everything it reaches one component
             children[root].append(name)
             nodes[root].extend(member_nodes)
+            reaches[root].append((name, lower, reach))
         if orphans:
             what = "nodes" if tier == "leaf" else f"{LEVEL_OF_TIER[TIERS[TIERS.index(tier) - 1]]} groups"
             problems.append(
@@ -351,6 +354,10 @@ def _derive_groups(
             labels = sorted({label[m] for m in members if label[m]})
             if len(labels) > 1:
                 problems.append(_merged(tier, members, labels, below, up, by_name))
+            elif not (labels and all(label[m] == labels[0] for m in members)):
+                bridge = _bridged(tier, reaches[root], by_name, link_paths or {}, base)
+                if bridge is not None:
+                    problems.append(bridge)
             if labels:
                 name = labels[0]
                 path = next(by_name[m].group_path for m in members if label[m] == name)
@@ -423,6 +430,102 @@ def _merged(
     )
 
 
+def _bridged(
+    tier: str,
+    units: list[tuple[str, list[str], list[str]]],
+    by_name: dict[str, FabricSwitch],
+    link_paths: dict[tuple[str, str], str],
+    base: str,
+) -> Problem | None:
+    """One group only because a node (or lower group) is cabled into two: refuse it.
+
+    In a group made by design (the rails of an SU, the spines of a plane) any two members
+    of the tier below share a switch of the group. Two that share none are in one group
+    only through something cabled into both sides, and railyard would merge the two sides
+    silently. A user who means one group says so by giving all its switches one name."""
+    sets: dict[frozenset[str], list[str]] = {}
+    ends_of: dict[str, list[str]] = {}
+    for name, lower, reach in units:
+        sets.setdefault(frozenset(reach), []).append(name)
+        ends_of[name] = lower
+    if len(sets) < 2:
+        return None
+    # The two sides: a pair of disjoint sets, the best-supported first, preferring a pair
+    # that one set (the bridge) meets on both sides. Bit i stands for ranked[i], so a
+    # hostile spec of many distinct sets costs big-int ORs, not a Python loop per pair.
+    ranked = sorted(sets, key=lambda s: -len(sets[s]))
+    holders: dict[str, int] = defaultdict(int)  # switch -> the sets that hold it
+    for i, s in enumerate(ranked):
+        for sw in s:
+            holders[sw] |= 1 << i
+    everything = (1 << len(ranked)) - 1
+    if any(mask == everything for mask in holders.values()):
+        return None  # one switch under all of them: one group by design
+    meets: dict[int, int] = {}
+
+    def meet(i: int) -> int:  # the sets that share a switch with ranked[i]
+        if i not in meets:
+            mask = 0
+            for sw in ranked[i]:
+                mask |= holders[sw]
+            meets[i] = mask
+        return meets[i]
+
+    first_pair = None
+    found = None
+    tries = 0
+    for i in range(len(ranked)):
+        apart = everything & ~meet(i) & ~((1 << (i + 1)) - 1)  # later sets sharing nothing with it
+        while apart and found is None and tries < 10_000:
+            j = (apart & -apart).bit_length() - 1
+            apart &= apart - 1
+            tries += 1
+            first_pair = first_pair or (ranked[i], ranked[j])
+            bridges = meet(i) & meet(j)
+            if bridges:  # the fewest members hold the last (ranked by support)
+                found = (ranked[i], ranked[j], ranked[bridges.bit_length() - 1])
+        if found is not None or tries >= 10_000:
+            break
+    if first_pair is None:
+        return None
+    lower = "node" if tier == "leaf" else LEVEL_WORDS[LEVEL_OF_TIER[TIERS[TIERS.index(tier) - 1]]]
+    level = LEVEL_WORDS[LEVEL_OF_TIER[tier]]
+    article = "an" if lower == "SU" else "a"
+    fix = (f"{article} {lower} sits under exactly one {level}: cable each {lower} to {tier} switches of one "
+           f"group only, or, if these switches are one {level}, give all of them one group name")
+    if found is None:  # joined through a chain: name two that share nothing
+        a, b = first_pair
+        return Problem(
+            base,
+            f"{lower}s {sets[a][0]} and {sets[b][0]} share no {tier} switch ({', '.join(sorted(a))}; "
+            f"{', '.join(sorted(b))}), yet the cabling of other {lower}s makes one {level} of them; {fix}",
+        )
+    a, b, bridge = found
+    first = list(sets)  # in the order the links name them
+    a, b = sorted((a, b), key=first.index)
+    who = sets[bridge]
+
+    def shown(side: frozenset[str]) -> tuple[list[str], str]:
+        switches = sorted(bridge & side)
+        others = [m for s, ms in sets.items() if s != bridge and s & side and s <= side for m in ms]
+        labels = sorted({by_name[s].group for s in switches if by_name[s].group})
+        named = f"group '{labels[0]}', " if len(labels) == 1 else ""
+        more = f" and {len(others) - 3} more" if len(others) > 3 else ""
+        return switches, f"{', '.join(switches)} ({named}with {', '.join(others[:3])}{more})"
+
+    (sw_a, text_a), (sw_b, text_b) = shown(a), shown(b)
+    # The cable to fix: into the side where the bridge has fewer switches (ties: the side
+    # the links name later).
+    wrong = sw_a if len(sw_a) < len(sw_b) else sw_b
+    path = next((link_paths[(e, s)] for s in wrong for e in ends_of[who[0]] if (e, s) in link_paths), base)
+    also = f" (and {', '.join(who[1:3])}{' and more' if len(who) > 3 else ''} likewise)" if len(who) > 1 else ""
+    return Problem(
+        path,
+        f"{lower} {who[0]}{also} is cabled to {tier} switches of 2 groups: {text_a} and {text_b}; the "
+        f"cabling would merge them into one {level}, but {fix.replace('each ' + lower, who[0])}",
+    )
+
+
 def _unique_names(
     groups: dict[str, list[Group]],
     origin: dict[tuple[str, str], list[str | None]],
@@ -469,18 +572,18 @@ def _nvlink(
     nodes: dict[str, Node],
     problems: list[Problem],
     origin: dict[tuple[str, str], list[str | None]],
-) -> tuple[list[Group], tuple[int, ...]]:
+) -> list[Group]:
     fab = cluster.fabric
     assert fab is not None
     kind = "rail_optimized" if fab.rail_optimized else "explicit"
     spec = (fab.rail_optimized or fab.explicit).nvlink  # type: ignore[union-attr]
     if spec is None:
-        return [], ()
+        return []
     base = f"fabric.{kind}.nvlink"
     domains: list[Group] = []
     if spec.domain_nodes is not None and spec.domains is not None:
         problems.append(Problem(base, "give either 'domain_nodes' or 'domains', not both"))
-        return [], ()
+        return []
     if spec.domain_nodes is not None:
         size = spec.domain_nodes
         for su in sus:
@@ -492,7 +595,7 @@ def _nvlink(
                         f"make each SU a multiple of {size} nodes or fix domain_nodes",
                     )
                 )
-                return [], ()
+                return []
             for i in range(0, len(su.nodes), size):
                 domains.append(Group(f"nvl{len(domains) + 1}", "nvlink", su.nodes[i : i + size]))
                 origin.setdefault(("nvlink", domains[-1].name), []).append(None)
@@ -537,31 +640,10 @@ def _nvlink(
                     f"one-node domain is fine) or drop {base}",
                 )
             )
-        size = max((len(d.nodes) for d in domains), default=1)
     else:
         problems.append(Problem(base, "give 'domain_nodes' (rail-optimized) or 'domains' (explicit)"))
-        return [], ()
-
-    if spec.block_sizes is not None:
-        sizes = tuple(spec.block_sizes)
-        if sizes[0] != size:
-            problems.append(
-                Problem(f"{base}.block_sizes", f"the first block size must be the NVLink domain size {size}, not {sizes[0]}")
-            )
-        for a, b in itertools.pairwise(sizes):
-            ratio = b // a if b % a == 0 else 0
-            if ratio < 2 or ratio & (ratio - 1):
-                problems.append(
-                    Problem(f"{base}.block_sizes", f"{b} is not a power-of-two multiple of {a}; each block size is 2, 4, 8, ... times the one before")
-                )
-                break
-    else:
-        largest = max((len(su.nodes) for su in sus), default=size)
-        sizes = [size]
-        while sizes[-1] * 2 <= largest:
-            sizes.append(sizes[-1] * 2)
-        sizes = tuple(sizes)
-    return domains, sizes
+        return []
+    return domains
 
 
 def build_fabric(cluster: Cluster, nodes: list[Node]) -> tuple[Fabric | None, list[Problem]]:
@@ -579,9 +661,14 @@ def build_fabric(cluster: Cluster, nodes: list[Node]) -> tuple[Fabric | None, li
         base = "fabric.explicit"
     _check_ports(switches, links, problems)
     origin: dict[tuple[str, str], list[str | None]] = {}
-    groups, _group_of = _derive_groups(switches, links, problems, base, origin)
+    link_paths: dict[tuple[str, str], str] = {}
+    if fab.explicit is not None:
+        for i, link in enumerate(fab.explicit.links):
+            link_paths.setdefault((link.a, link.b), f"{base}.links[{i}]")
+            link_paths.setdefault((link.b, link.a), f"{base}.links[{i}]")
+    groups, _group_of = _derive_groups(switches, links, problems, base, origin, link_paths)
     sus = groups.get("su", [])
-    domains, block_sizes = _nvlink(cluster, sus, by_name, problems, origin)
+    domains = _nvlink(cluster, sus, by_name, problems, origin)
     if domains:
         groups["nvlink"] = domains
     _unique_names(groups, origin, problems)
@@ -595,7 +682,6 @@ def build_fabric(cluster: Cluster, nodes: list[Node]) -> tuple[Fabric | None, li
             links=tuple(links),
             levels=levels,
             groups={k: tuple(v) for k, v in groups.items()},
-            block_sizes=block_sizes,
         ),
         problems,
     )

@@ -206,14 +206,19 @@ def cluster_vars(plan: Any) -> dict[str, Any]:
     railyard_slurm_version: the Slurm roles compare the installed release with it.
     railyard_slurm_mpi_default: slurm.conf's MpiDefault; with pmix the compute and login
     roles install an MPI built with PMIx (Debian's OpenMPI).
+    railyard_slurm_config_delivery: ``configless`` or ``files``, how the Slurm roles deliver
+    slurm.conf (set only with a Slurm partition).
     """
     slurm = plan.spec.partitions.slurm
-    return {
+    out = {
         "railyard_cluster": plan.name,
         "railyard_domain": plan.spec.cluster.domain,
         "railyard_slurm_version": plan.spec.cluster.versions.slurm,
         "railyard_slurm_mpi_default": slurm.mpi_default if slurm else "none",
     }
+    if plan.slurm is not None:
+        out["railyard_slurm_config_delivery"] = plan.slurm.config_delivery
+    return out
 
 
 def to_script(plan: Any) -> dict[str, Any]:

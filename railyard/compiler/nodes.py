@@ -19,6 +19,8 @@ from railyard.spec import Cluster, Hardware, NodeGroup, Provision
 SLURM_ROLES = ("slurm_controller", "slurm_login", "slurm_compute")
 K8S_ROLES = ("k8s_control_plane", "k8s_worker")
 STORAGE_ROLES = ("nfs_server",)
+# A spare holds this role alone: the inventory group 'spare', in no scheduler.
+SPARE_ROLE = "spare"
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +32,10 @@ class Node:
     hardware: Hardware
     roles: tuple[str, ...]
     provision: Provision = field(default_factory=Provision)  # how railyard reaches it: driver, ssh user, BMC
+
+    @property
+    def spare(self) -> bool:
+        return SPARE_ROLE in self.roles
 
     @property
     def partition(self) -> str | None:
@@ -100,15 +106,33 @@ def _group_names(cluster: Cluster, problems: list[Problem]) -> list[tuple[int, N
     return out
 
 
-def _roles_by_node(cluster: Cluster, known: dict[str, object], problems: list[Problem]) -> dict[str, list[str]]:
-    roles: dict[str, list[str]] = {n: [] for n in known}
+def _roles_by_node(
+    cluster: Cluster, known: dict[str, object], spares: dict[str, int], problems: list[Problem]
+) -> dict[str, list[str]]:
+    """Roles from the partitions and storage; ``spares`` (name -> its group's index) get
+    the spare role, and any other role given to one is refused where it is given."""
+    roles: dict[str, list[str]] = {n: [SPARE_ROLE] if n in spares else [] for n in known}
 
     def claim(value: str | None, path: str, role: str) -> None:
         if value is None:
             return
+        refused = []
         for name in hostlist_field(value, path, known, problems):
-            if role not in roles[name]:
+            if name in spares:
+                refused.append(name)
+            elif role not in roles[name]:
                 roles[name].append(role)
+        if refused:
+            gi = spares[refused[0]]
+            problems.append(
+                Problem(
+                    path,
+                    f"{_few(refused)} {'a spare' if len(refused) == 1 else 'spares'} (nodes[{gi}] "
+                    f"'{cluster.nodes[gi].group}' has spare: true), and a spare is in no scheduler and serves "
+                    f"no role: take {'it' if len(refused) == 1 else 'them'} "
+                    "out of here, or move the node to a group without spare: true to put it in service",
+                )
+            )
 
     slurm = cluster.partitions.slurm
     if slurm is not None:
@@ -145,7 +169,8 @@ def resolve_nodes(cluster: Cluster) -> tuple[list[Node], list[Problem]]:
                 first_seen[name] = where
 
     addresses = _assign_addresses(cluster, groups, problems)
-    roles = _roles_by_node(cluster, first_seen, problems)
+    spares = {name: gi for gi, group, names in groups if group.spare for name in names}
+    roles = _roles_by_node(cluster, first_seen, spares, problems)
 
     nodes: list[Node] = []
     placed: set[str] = set()
@@ -268,6 +293,7 @@ def _check_partitions(nodes: list[Node], problems: list[Problem]) -> None:
                 Problem(
                     path,
                     f"node {node.name} is in no partition and serves no role; add it to "
-                    "partitions.slurm.partitions[].nodes, partitions.kubernetes.workers, ... or remove it",
+                    "partitions.slurm.partitions[].nodes, partitions.kubernetes.workers, ..., keep it as a "
+                    "spare (spare: true on its group), or remove it",
                 )
             )

@@ -7,6 +7,7 @@ from typing import Any
 
 from railyard.compiler.fabric import Fabric, build_fabric
 from railyard.compiler.nodes import Node, hostlist_field, resolve_nodes
+from railyard.compiler.slurm import SACKD_FROM, block_layout, topology_format
 from railyard.errors import Problem
 from railyard.spec import Cluster, version_at_least
 
@@ -69,7 +70,10 @@ def _slurm(cluster: Cluster, nodes: dict[str, Node], fabric: Fabric | None, prob
     if len(defaults) > 1:
         problems.append(Problem(f"{base}.partitions", f"partitions {', '.join(defaults)} are all default; mark at most one 'default: true'"))
 
-    has_nvlink = bool(fabric and fabric.block_sizes)
+    compute = {name for name, n in nodes.items() if "slurm_compute" in n.roles}
+    layout, block_problems = block_layout(cluster, fabric, compute)
+    problems.extend(block_problems)
+    has_nvlink = bool(layout.blocks)
     fmt = slurm.topology
     if (fmt == "block" or (fmt == "auto" and has_nvlink)) and not version_at_least(version, "24.05"):
         problems.append(
@@ -80,7 +84,22 @@ def _slurm(cluster: Cluster, nodes: dict[str, Node], fabric: Fabric | None, prob
             )
         )
     if fmt == "block" and not has_nvlink:
-        problems.append(Problem(f"{base}.topology", "topology 'block' needs NVLink domains in the fabric (fabric.*.nvlink)"))
+        problems.append(Problem(
+            f"{base}.topology",
+            "topology 'block' needs NVLink domains in the fabric (fabric.*.nvlink) that hold Slurm compute nodes"))
+    rendered = topology_format(cluster, fabric, has_nvlink) in ("block", "yaml")
+    if rendered and layout.partial and not version_at_least(version, PARTIAL_BLOCKS_FROM):
+        for block in layout.partial:
+            problems.append(
+                Problem(
+                    block.path,
+                    f"NVLink domain {block.name} has {block.nodes} Slurm node(s), fewer than the base block "
+                    f"size {layout.sizes[0]}; Slurm {version} refuses such a block (slurmctld: fatal: Block "
+                    f"configuration ({block.name}) children count lower than bblock_node_cnt): put all of the "
+                    f"domain's nodes in Slurm partitions (spares and Kubernetes workers are outside its block), "
+                    f"or target Slurm {PARTIAL_BLOCKS_FROM} or later (cluster.versions.slurm), which accepts it",
+                )
+            )
     if fmt == "yaml" and not version_at_least(version, "25.05"):
         problems.append(Problem(f"{base}.topology", f"topology.yaml needs Slurm 25.05 or later, not {version}; use 'tree' or 'block'"))
     if fmt in ("tree", "block", "yaml") and fabric is None:
@@ -96,6 +115,15 @@ def _slurm(cluster: Cluster, nodes: dict[str, Node], fabric: Fabric | None, prob
             )
         if part.topology == "nvlink" and not has_nvlink:
             problems.append(Problem(f"{base}.partitions[{pi}].topology", "'nvlink' needs NVLink domains in the fabric"))
+    if slurm.config_delivery == "configless" and not version_at_least(version, SACKD_FROM):
+        problems.append(
+            Problem(
+                f"{base}.config_delivery",
+                f"configless Slurm needs sackd on the login nodes, new in Slurm {SACKD_FROM}, but the "
+                f"target is {version}: set config_delivery: files, or raise cluster.versions.slurm to "
+                f"{SACKD_FROM} or later",
+            )
+        )
     if slurm.gres_autodetect == "nvidia" and not version_at_least(version, "24.11"):
         problems.append(Problem(f"{base}.gres_autodetect", f"AutoDetect=nvidia needs Slurm 24.11+, not {version}; use 'nvml' or 'off'"))
     for pi, part in enumerate(slurm.partitions):
@@ -120,9 +148,22 @@ def _slurm(cluster: Cluster, nodes: dict[str, Node], fabric: Fabric | None, prob
                 )
             )
     if slurm.pyxis.enabled and not slurm.enroot.enabled:
-        problems.append(Problem(f"{base}.enroot.enabled", "pyxis needs enroot on the same nodes; enable enroot or disable pyxis"))
+        problems.append(
+            Problem(
+                f"{base}.enroot.enabled",
+                "Pyxis is enabled (partitions.slurm.pyxis.enabled) but Enroot is not: Pyxis runs every "
+                "--container-image through Enroot on the same nodes, so srun would fail there; set "
+                "enroot.enabled: true (with a package) or pyxis.enabled: false",
+            )
+        )
     if slurm.accounting is not None:
         hostlist_field(slurm.accounting.host, f"{base}.accounting.host", nodes, problems)
+
+
+# Slurm 25.05 accepts a block with fewer nodes than the base block size (SchedMD commits
+# 700ca4f85f "Support for topology/block with gaps", 8f59f086f8 "Make AllowGaps=yes
+# default"); 24.05 and 24.11 stop slurmctld on it (block_record_validate).
+PARTIAL_BLOCKS_FROM = "25.05"
 
 
 def _kubernetes(cluster: Cluster, nodes: list[Node], fabric: Fabric | None, problems: list[Problem]) -> None:
@@ -283,6 +324,41 @@ def notes(plan: Any) -> list[Problem]:
                     f"scalable units differ in size ({shown} nodes); allowed, but a job that asks for "
                     f"one SU (--switches=1, a Kueue/Volcano SU) fits in at most {min(sizes)} nodes in the "
                     "smallest",
+                )
+            )
+    if plan.slurm is not None and plan.slurm.partial_blocks:
+        base = plan.slurm.block_sizes[0]
+        for block in plan.slurm.partial_blocks:
+            out.append(
+                Problem(
+                    block.path,
+                    f"NVLink domain {block.name} has {block.nodes} Slurm node(s), fewer than the base block "
+                    f"size {base} (a smaller domain, or spares and Kubernetes workers in it). Slurm keeps such "
+                    f"a partial block, but places a job or a --segment in it only if that needs at most "
+                    f"{block.nodes} node(s), and an aggregated block (BlockSizes) that holds it has fewer "
+                    f"nodes than its size, so a job of that size does not fit there",
+                )
+            )
+    slurm = plan.spec.partitions.slurm
+    if slurm is not None:
+        for i, part in enumerate(slurm.partitions):
+            if part.grace_time:
+                out.append(
+                    Problem(
+                        f"partitions.slurm.partitions[{i}].grace_time",
+                        f"GraceTime={part.grace_time} on partition {part.name} only acts when a job is "
+                        "preempted, and Slurm reads a partition's GraceTime only with "
+                        "PreemptType=preempt/partition_prio, which railyard does not set: jobs that "
+                        "reach their time limit get the --signal warning, OverTimeLimit and KillWait, "
+                        "not GraceTime (docs/user-guide.md)",
+                    )
+                )
+        if slurm.over_time_limit == "UNLIMITED":
+            out.append(
+                Problem(
+                    "partitions.slurm.over_time_limit",
+                    "OverTimeLimit=UNLIMITED: Slurm never cancels a job for running past its time "
+                    "limit, so a job that ignores its checkpoint signal holds its nodes until it ends",
                 )
             )
     nfs = plan.spec.storage.nfs

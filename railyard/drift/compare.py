@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from railyard.compiler import Plan
-from railyard.drift.model import UNREACHABLE, CheckError, DriftReport, Finding
+from railyard.drift.model import SPARE_IN_SCHEDULER, UNREACHABLE, CheckError, DriftReport, Finding
 from railyard.drift.observed import (
     FileChange,
     FilesObservation,
@@ -436,8 +436,15 @@ def compare_slurm(plan: Plan, obs: SlurmObservation, fix: _Fix) -> list[Finding]
             out.append(state)
         out += _hardware_findings(plan, node, ctl, fix)
     planned = set(s.compute)
+    spares = {n.name for n in plan.nodes if n.spare}
     for node in obs.nodes:
         if node.name in planned:
+            continue
+        if node.name in spares:
+            out.append(Finding("slurm", node.name, SPARE_IN_SCHEDULER,
+                               f"{node.name} is a spare in the spec but registered in Slurm",
+                               f"remove it from slurm.conf on {ctl} ({fix.up} restores the rendered file), or "
+                               "move it out of its spare group into a partition", "absent (spare)", node.state))
             continue
         if any(t.startswith("DYNAMIC") for t in node.state_tokens):
             hint = f"`scontrol delete nodename={node.name}` (a dynamic node), or add it to the spec"
@@ -522,7 +529,14 @@ def compare_kubernetes(plan: Plan, obs: KubernetesObservation, fix: _Fix) -> lis
                                    f"{name}: label {key} is '{have[key]}', the plan has '{value}'",
                                    f"`kubectl label --overwrite node {name} {key}={value}`, or {fix.up}",
                                    f"{key}={value}", f"{key}={have[key]}"))
+    spares = {n.name for n in plan.nodes if n.spare}
     for name in obs.labels:
+        if name in spares:
+            out.append(Finding("kubernetes", name, SPARE_IN_SCHEDULER,
+                               f"{name} is a spare in the spec but registered in Kubernetes",
+                               f"`kubectl delete node {name}` and stop its kubelet, or move it out of its spare "
+                               "group into partitions.kubernetes.workers", "absent (spare)", "registered"))
+            continue
         if name not in expected_nodes and name not in k.control_plane:
             out.append(Finding("kubernetes", name, "node_unexpected",
                                f"node {name} is registered in Kubernetes but not in the spec",
@@ -564,5 +578,9 @@ def compare(plan: Plan, observed: Observed, *, stack: str | None = None) -> Drif
         if plan.kubernetes is not None and not observed.kubernetes.deployed:
             notes.append(f"kubernetes: not checked: {observed.kubernetes.reason or 'partition not deployed'}")
         findings += compare_kubernetes(plan, observed.kubernetes, fix)
+    spares = [n.name for n in plan.nodes if n.spare]
+    if spares:
+        notes.append(f"spares: {fold(spares)} (spare: true) are in no scheduler: checked as nodes and for "
+                     "their files, not for Slurm or Kubernetes roles")
     layers = set(observed.layers) | {e.layer for e in observed.errors}
     return DriftReport(plan.name, tuple(layers), tuple(findings), tuple(errors), tuple(notes))

@@ -28,6 +28,8 @@ from railyard import exitcodes
 LAYERS: tuple[str, ...] = ("nodes", "files", "slurm", "kubernetes")
 
 UNREACHABLE = "unreachable"
+# A node the spec keeps as a spare that a scheduler has (Slurm or Kubernetes registered it).
+SPARE_IN_SCHEDULER = "spare_in_scheduler"
 
 
 def natural_key(text: str) -> tuple[tuple[int, int | str], ...]:

@@ -11,7 +11,10 @@ the spec documents (railyard/spec.py, DESIGN.md "The fabric model"), as plainly 
   NVLink ``domain_nodes`` cuts each SU in order into nvl1, nvl2, ... (numbered across SUs).
 * explicit: switches of one tier that share something below them (a node, for leaves; a
   group of the tier below, for spines and cores) are one group, named by the ``group``
-  their switches carry, else by the smallest switch name.
+  their switches carry, else by the smallest switch name. Such a group is valid only if
+  it carries at most one name, and if any two things below it share one of its switches
+  (unless every switch carries that one name): a node cabled into two otherwise separate
+  groups is refused.
 
 Nothing here imports the compiler.
 """
@@ -148,6 +151,11 @@ def _explicit(ex: dict[str, Any]) -> tuple[Listed, list[list[str]]]:
             labels = {label[s] for s in members if label[s]}
             if len(labels) > 1:  # cabling joins switches the spec gave two group names
                 raise ConflictingGroups(f"switches {sorted(members)} carry groups {sorted(labels)}")
+            named_all = len(labels) == 1 and all(label[s] for s in members)
+            under = [set(reach[u]) for u in units if reach[u] and _find(root, reach[u][0]) == r]
+            apart = [(x, y) for x in under for y in under if not x & y]
+            if apart and not named_all:  # joined only through something cabled into both
+                raise ConflictingGroups(f"switches {sorted(apart[0][0])} and {sorted(apart[0][1])} share nothing below")
             name = labels.pop() if labels else min(members)
             kids = [u for u in units if any(_find(root, h) == r for h in reach[u])]
             nodes = [n for k in kids for n in units[k][1]]
@@ -203,17 +211,33 @@ def expected_blocks(spec: dict[str, Any]) -> dict[str, frozenset[str]]:
     return {name: nodes & compute for name, (nodes, _) in doms.items() if nodes & compute}
 
 
+def block_su(spec: dict[str, Any]) -> dict[str, str]:
+    """Slurm block (NVLink domain with Slurm nodes) -> the SU it sits in."""
+    sus = fabric_groups(spec)["su"]
+    return {b: next(su for su, (nodes, _) in sus.items() if nodes & members)
+            for b, members in expected_blocks(spec).items()}
+
+
+def blocks_per_su(spec: dict[str, Any]) -> list[int]:
+    """How many Slurm blocks each SU holds, SUs in fabric order, those without any left out."""
+    where = block_su(spec)
+    return [n for n in (list(where.values()).count(su) for su in fabric_groups(spec)["su"]) if n]
+
+
 def expected_block_sizes(spec: dict[str, Any]) -> tuple[int, ...]:
-    """BlockSizes: the spec's, else the domain size doubled while it fits in the largest SU."""
+    """BlockSizes: the spec's, else the base block (the most Slurm nodes in one domain)
+    doubled while 2^j blocks still fit in an SU and every SU but the last holds a multiple
+    of 2^j blocks: Slurm joins 2^j consecutive blocks, which must not reach into the next SU."""
     fabric = spec["fabric"]
     nvlink = (fabric.get("rail_optimized") or fabric.get("explicit"))["nvlink"]
     if nvlink.get("block_sizes"):
         return tuple(nvlink["block_sizes"])
-    groups = fabric_groups(spec)
-    sizes = [max(len(nodes) for nodes, _ in groups["nvlink"].values())]
-    largest = max(len(nodes) for nodes, _ in groups["su"].values())
-    while sizes[-1] * 2 <= largest:
-        sizes.append(sizes[-1] * 2)
+    base = max(len(members) for members in expected_blocks(spec).values())
+    counts = blocks_per_su(spec)
+    sizes, step = [base], 2
+    while step <= max(counts) and all(sum(counts[: i + 1]) % step == 0 for i in range(len(counts) - 1)):
+        sizes.append(base * step)
+        step *= 2
     return tuple(sizes)
 
 
