@@ -140,18 +140,19 @@ def test_kubernetes_not_deployed_and_apiserver_down(lab_plan):
 
 def test_expected_units_follow_the_roles_that_exist(lab_plan):
     units = expected_units(lab_plan, ALL_ROLES)
-    munge, mount = ("munge.service", "active", "munge"), ("shared.mount", "enabled", "nfs_client")
-    assert units["gpu001"] == (munge, ("slurmd.service", "active", "slurm_compute"), mount)
-    assert units["ctl1"] == (munge, ("slurmctld.service", "active", "slurm_controller"), mount)
-    assert units["login1"] == (munge, mount)
-    assert units["kw1"] == (mount,)
+    munge = ("munge.service", "active", "munge")
+    mount = ("shared.mount", "enabled", "nfs_client"), ("home.mount", "enabled", "nfs_client")
+    assert units["gpu001"] == (munge, ("slurmd.service", "active", "slurm_compute"), *mount)
+    assert units["ctl1"] == (munge, ("slurmctld.service", "active", "slurm_controller"), *mount)
+    assert units["login1"] == (munge, *mount)
+    assert units["kw1"] == mount
     k8s = expected_units(lab_plan, [*ALL_ROLES, "k8s_control_plane", "k8s_worker", "kueue", "volcano"])
     assert [u[0] for u in k8s["kcp1"]] == ["etcd.service", "kube-apiserver.service", "kube-controller-manager.service",
                                           "kube-scheduler.service", "kueue.service", "vc-scheduler.service",
-                                          "vc-controller-manager.service", "shared.mount"]
+                                          "vc-controller-manager.service", "shared.mount", "home.mount"]
     assert k8s["kcp1"][5] == ("vc-scheduler.service", "active", "volcano")
     assert k8s["kw2"] == (("containerd.service", "active", "k8s_worker"), ("kubelet.service", "active", "k8s_worker"),
-                          mount)  # the lab's workers run real kubelets
+                          *mount)  # the lab's workers run real kubelets
     assert "nfs1" not in units  # the server does not mount its own export
     assert expected_units(lab_plan, []) == {}
     assert expected_units(lab_plan, ["slurm_compute"]) == {
