@@ -52,8 +52,8 @@ class Volume:
     name: str  # a podman named volume (a host directory, not overlayfs)
     path: str  # mount point inside the container
     # The node whose volume it is, when another node only mounts it (the lab's NFS
-    # clients mount their server's export volume). Empty: this node's own. Only the owner's
-    # removal removes the volume.
+    # clients mount their server's export volume); its label names that node. Empty: this
+    # node's own. The volume goes with whichever node leaves it unused.
     owner: str = ""
 
 

@@ -184,9 +184,13 @@ class PodmanDriver:
             log(f"{node.container}: removing the container")
             _remove_container(node.container)
         if not keep_volumes:
-            # Never --force: that would also remove every other container using the volume.
+            # Volumes are shared (the lab's NFS clients mount their server's), and nodes go
+            # in parallel: whoever leaves a volume unused removes it, the owner or the last
+            # of the others. This node's container is gone by now, so "unused" holds once
+            # every other is gone too. Never --force: that removes the containers using it.
             for vol in node.volumes:
-                if not vol.owner:
+                users = _podman("ps", "-a", "-q", "--filter", f"volume={vol.name}", check=False)
+                if users.returncode == 0 and not users.stdout.strip():
                     _podman("volume", "rm", vol.name, check=False)
 
     @staticmethod

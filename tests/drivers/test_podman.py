@@ -113,6 +113,30 @@ def test_node_lifecycle(networks: tuple[NetworkSpec, NetworkSpec]) -> None:
     assert f"railyard-{CLUSTER}-n1-data" not in labelled("volume", CLUSTER)
 
 
+@pytest.mark.parametrize("owner_first", [True, False], ids=["owner-first", "client-first"])
+def test_a_shared_volume_goes_with_the_last_node_using_it(networks, owner_first) -> None:
+    """The lab's NFS clients mount their server's export volume. Whichever order the nodes
+    go in (destroy removes them in parallel), the volume outlives neither the last node
+    using it nor is it taken from a node still running."""
+    from dataclasses import replace
+
+    mgmt, rail = networks
+    server = _node(mgmt, rail, "s1", "10.201.77.21")
+    shared = server.volumes[0]
+    client = replace(_node(mgmt, rail, "c1", "10.201.77.22"), volumes=(Volume(shared.name, "/mnt", owner="s1"),))
+    d = PodmanDriver()
+    d.ensure_up(server)
+    d.ensure_up(client)
+    _podman("exec", server.container, "sh", "-c", "echo hi > /data/f")
+    assert _podman("exec", client.container, "cat", "/mnt/f") == "hi"
+    first, last = (server, client) if owner_first else (client, server)
+    d.ensure_absent(first)
+    assert shared.name in labelled("volume", CLUSTER), "removed while a node still uses it"
+    assert _podman("exec", last.container, "ls", "/data" if last is server else "/mnt") == "f"
+    d.ensure_absent(last)
+    assert shared.name not in labelled("volume", CLUSTER)
+
+
 def test_changed_settings_recreate_the_container(networks: tuple[NetworkSpec, NetworkSpec]) -> None:
     mgmt, rail = networks
     d = PodmanDriver()

@@ -95,7 +95,7 @@ FAULTS: tuple[Fault, ...] = (
     ),
     Fault(
         "slurm.conf edited on one compute node", "gpu001",
-        f"sed -i 's/^MpiDefault=none$/MpiDefault=pmi2/' {SLURM_CONF}; grep -q '^MpiDefault=pmi2$' {SLURM_CONF}",
+        f"sed -i 's/^MpiDefault=pmix$/MpiDefault=pmi2/' {SLURM_CONF}; grep -q '^MpiDefault=pmi2$' {SLURM_CONF}",
         (_files("gpu001", "file_changed", f"gpu001: {SLURM_CONF} differs from the plan (1 plan line missing, 1 extra)"),),
     ),
     Fault(
