@@ -136,7 +136,8 @@ FAULTS: tuple[Fault, ...] = (
     ),
     Fault(
         "NFS export changed", "nfs1",
-        "sed -i 's/Access_Type = RW;/Access_Type = RO;/' /etc/ganesha/ganesha.conf\n"
+        # the first export only (the lab exports /export/shared and /export/home)
+        "sed -i '0,/Access_Type = RW;/s//Access_Type = RO;/' /etc/ganesha/ganesha.conf\n"
         "grep -q 'Access_Type = RO;' /etc/ganesha/ganesha.conf",
         (_files("nfs1", "file_changed", "nfs1: /etc/ganesha/ganesha.conf differs from the plan (1 plan line missing, 1 extra)"),),
     ),
