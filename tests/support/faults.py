@@ -144,7 +144,9 @@ FAULTS: tuple[Fault, ...] = (
     Fault(
         "mount unit removed", "login1", "rm /etc/systemd/system/shared.mount; systemctl daemon-reload",
         (_files("login1", "file_missing", "login1: /etc/systemd/system/shared.mount is missing"),
-         Want("nodes", "login1", "unit_missing", "login1: shared.mount does not exist, the plan has it enabled")),
+         # The lab's stand-in for the NFS mount (the server's volume at /shared) stays
+         # mounted, so systemd still has a shared.mount, from the mount table, not enabled.
+         Want("nodes", "login1", "unit_disabled", "login1: shared.mount is not enabled at boot, the plan has it enabled")),
     ),
     Fault(
         "enroot.conf edited", "gpu003",
