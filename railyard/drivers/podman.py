@@ -10,6 +10,9 @@ What this machine needs (found by trying, see DESIGN.md "The lab"):
 * rail networks are ``--internal --disable-dns``: the fabric shows in ``ip addr`` (``rail0``,
   ``rail1``...) without taking part in naming or routing.
 * stand-in GPUs are ``--device /dev/null:/dev/nvidiaN``: a real, openable character device.
+* podman 4.3 deadlocks when two containers sharing a named volume are set up at once
+  (podman#20313, setupContainer against lockNamedVolume; every podman command then hangs):
+  nodes with volumes are created, started and removed one at a time, under a host-wide lock.
 
 Every container, network and volume carries ``railyard.cluster=<cluster>`` so
 :func:`cleanup` finds all of it.
@@ -17,12 +20,18 @@ Every container, network and volume carries ``railyard.cluster=<cluster>`` so
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
+import os
 import shutil
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from railyard.drivers.base import DriverError, Log, NodeState, PodmanNode, quiet
@@ -127,6 +136,27 @@ def _remove_container(name: str, tries: int = 3) -> None:
         time.sleep(1)
 
 
+def volume_lock_path() -> Path:
+    """One lock for the whole host: the lab's nodes come up from parallel Pulumi steps,
+    and molecule or a second stack may run podman beside them."""
+    base = Path("/run/lock") if os.access("/run/lock", os.W_OK) else Path(tempfile.gettempdir())
+    return base / "railyard-podman-volumes.lock"
+
+
+@contextlib.contextmanager
+def _volume_lock(node: PodmanNode) -> Iterator[None]:
+    """Held while a node with named volumes is created, started or removed (podman#20313)."""
+    if not node.volumes:
+        yield
+        return
+    with open(volume_lock_path(), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def _labels(info: dict[str, Any]) -> dict[str, str]:
     """Containers say Config.Labels, volumes Labels, networks labels."""
     return info.get("Labels") or info.get("labels") or (info.get("Config") or {}).get("Labels") or {}
@@ -163,35 +193,41 @@ class PodmanDriver:
                 info = None
         if info is None:
             self._ensure_image(node, log)
-            for vol in node.volumes:
-                if _inspect("volume", vol.name) is None:
-                    # Nodes come up in parallel and share volumes (NFS clients mount their
-                    # server's): another node may create it between the look and the create.
-                    made = _podman("volume", "create", "--label", f"{CLUSTER_LABEL}={node.cluster}",
-                                   "--label", f"{NODE_LABEL}={vol.owner or node.name}", vol.name, check=False)
-                    if made.returncode != 0 and _inspect("volume", vol.name) is None:
-                        raise DriverError(f"podman volume create {vol.name} failed: {made.stderr.strip()}")
-            log(f"{node.container}: podman run ({node.image})")
-            _podman("run", *run_args(node))
+            with _volume_lock(node):
+                self._create(node, log)
         elif (info.get("State") or {}).get("Status") != "running":
             log(f"{node.container}: starting the stopped container")
-            _podman("start", node.container)
+            with _volume_lock(node):
+                _podman("start", node.container)
         self._wait_for_systemd(node, log)
         return self.observe(node)
 
+    @staticmethod
+    def _create(node: PodmanNode, log: Log) -> None:
+        for vol in node.volumes:
+            if _inspect("volume", vol.name) is None:
+                # Nodes share volumes (NFS clients mount their server's); a podman outside
+                # railyard may still create it between the look and the create.
+                made = _podman("volume", "create", "--label", f"{CLUSTER_LABEL}={node.cluster}",
+                               "--label", f"{NODE_LABEL}={vol.owner or node.name}", vol.name, check=False)
+                if made.returncode != 0 and _inspect("volume", vol.name) is None:
+                    raise DriverError(f"podman volume create {vol.name} failed: {made.stderr.strip()}")
+        log(f"{node.container}: podman run ({node.image})")
+        _podman("run", *run_args(node))
+
     def ensure_absent(self, node: PodmanNode, log: Log = quiet, keep_volumes: bool = False) -> None:
-        if _inspect("container", node.container) is not None:
-            log(f"{node.container}: removing the container")
-            _remove_container(node.container)
-        if not keep_volumes:
-            # Volumes are shared (the lab's NFS clients mount their server's), and nodes go
-            # in parallel: whoever leaves a volume unused removes it, the owner or the last
-            # of the others. This node's container is gone by now, so "unused" holds once
-            # every other is gone too. Never --force: that removes the containers using it.
-            for vol in node.volumes:
-                users = _podman("ps", "-a", "-q", "--filter", f"volume={vol.name}", check=False)
-                if users.returncode == 0 and not users.stdout.strip():
-                    _podman("volume", "rm", vol.name, check=False)
+        with _volume_lock(node):
+            if _inspect("container", node.container) is not None:
+                log(f"{node.container}: removing the container")
+                _remove_container(node.container)
+            if not keep_volumes:
+                # Volumes are shared (the lab's NFS clients mount their server's): whoever
+                # leaves a volume unused removes it, the owner or the last of the others.
+                # Never --force: that removes the containers using it.
+                for vol in node.volumes:
+                    users = _podman("ps", "-a", "-q", "--filter", f"volume={vol.name}", check=False)
+                    if users.returncode == 0 and not users.stdout.strip():
+                        _podman("volume", "rm", vol.name, check=False)
 
     @staticmethod
     def _ensure_image(node: PodmanNode, log: Log) -> None:

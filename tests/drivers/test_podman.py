@@ -61,6 +61,40 @@ def _node(mgmt: NetworkSpec, rail: NetworkSpec, name: str = "n1", ip: str = "10.
     )
 
 
+def test_nodes_with_volumes_are_created_one_at_a_time(monkeypatch, tmp_path) -> None:
+    """podman 4.3 deadlocks when two containers sharing a volume are set up at once
+    (podman#20313): ``podman run`` of a node with volumes holds the host-wide lock, one
+    without volumes does not wait for it. (Unit level; the parallel test below runs podman.)"""
+    import fcntl
+
+    from railyard.drivers import podman as drv
+
+    monkeypatch.setattr(drv, "volume_lock_path", lambda: tmp_path / "lock")
+    held: dict[str, bool] = {}
+
+    def fake_podman(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        if args[0] == "run":
+            with open(tmp_path / "lock", "a") as other:
+                try:
+                    fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    fcntl.flock(other, fcntl.LOCK_UN)
+                    held[args[args.index("--name") + 1]] = False
+                except BlockingIOError:
+                    held[args[args.index("--name") + 1]] = True
+        return subprocess.CompletedProcess(args, 0, "", "")
+
+    monkeypatch.setattr(drv, "_podman", fake_podman)
+    monkeypatch.setattr(drv, "_inspect", lambda kind, name: None)
+    monkeypatch.setattr(drv.PodmanDriver, "_wait_for_systemd", staticmethod(lambda node, log: None))
+    monkeypatch.setattr(drv.PodmanDriver, "observe", lambda self, node: None)
+    base = PodmanNode(name="a", cluster="c", address="10.0.0.5", container="c-a", image="img", attachments=())
+    from dataclasses import replace
+
+    drv.PodmanDriver().ensure_up(replace(base, volumes=(Volume("v", "/v"),)))
+    drv.PodmanDriver().ensure_up(replace(base, container="c-b"))
+    assert held == {"c-a": True, "c-b": False}
+
+
 def test_run_args_are_what_podman_gets() -> None:
     n = PodmanNode(name="a", cluster="c", address="10.0.0.5", container="railyard-c-a", image="img",
                    attachments=(Attachment("m", "eth0", "10.0.0.5", ("a",)),))
@@ -135,6 +169,27 @@ def test_a_shared_volume_goes_with_the_last_node_using_it(networks, owner_first)
     assert _podman("exec", last.container, "ls", "/data" if last is server else "/mnt") == "f"
     d.ensure_absent(last)
     assert shared.name not in labelled("volume", CLUSTER)
+
+
+def test_nodes_sharing_a_volume_come_up_in_parallel(networks) -> None:
+    """What ``railyard up`` does: an NFS server and two clients of its export volume are
+    created from parallel steps (podman 4.3 could hang here, podman#20313)."""
+    from concurrent.futures import ThreadPoolExecutor
+    from dataclasses import replace
+
+    mgmt, rail = networks
+    server = _node(mgmt, rail, "p1", "10.201.77.31")
+    vol = Volume(server.volumes[0].name, "/mnt", owner="p1")
+    clients = [replace(_node(mgmt, rail, f"p{i}", f"10.201.77.3{i}"), volumes=(vol,)) for i in (2, 3)]
+    d = PodmanDriver()
+    with ThreadPoolExecutor(3) as pool:
+        states = list(pool.map(d.ensure_up, [server, *clients]))
+    assert all(s.reachable for s in states)
+    _podman("exec", server.container, "sh", "-c", "echo hi > /data/f")
+    assert [_podman("exec", c.container, "cat", "/mnt/f") for c in clients] == ["hi", "hi"]
+    with ThreadPoolExecutor(3) as pool:
+        list(pool.map(d.ensure_absent, [server, *clients]))
+    assert vol.name not in labelled("volume", CLUSTER)
 
 
 def test_changed_settings_recreate_the_container(networks: tuple[NetworkSpec, NetworkSpec]) -> None:
