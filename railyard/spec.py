@@ -91,7 +91,7 @@ class SecretRef(Strict):
 
 
 class Versions(Strict):
-    slurm: SlurmVersion = "22.05"
+    slurm: SlurmVersion = "24.11"  # Debian 13 (trixie) and what sites run; 22.05 is past its end of life
     kubernetes: Annotated[str, Field(pattern=r"^1\.\d{2}$")] = "1.34"
     kueue: Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+$")] = "0.17.0"
     volcano: Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+$")] = "1.14.1"

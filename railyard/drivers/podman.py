@@ -157,6 +157,20 @@ def _volume_lock(node: PodmanNode) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _storage_leftovers(prefix: str) -> list[str]:
+    """Containers in storage that podman does not manage (``ps --external``, status
+    "Storage"): what a podman run killed half-way leaves; they keep their name taken."""
+    proc = _podman("ps", "-a", "--external", "--format", "{{.Names}}\t{{.Status}}", check=False)
+    rows = (line.split("\t", 1) for line in proc.stdout.splitlines() if "\t" in line)
+    return [name for name, status in rows if name.startswith(prefix) and status == "Storage"]
+
+
+def _remove_storage_leftover(name: str) -> bool:
+    if name not in _storage_leftovers(name):
+        return False
+    return _podman("rm", "--storage", name, check=False).returncode == 0
+
+
 def _labels(info: dict[str, Any]) -> dict[str, str]:
     """Containers say Config.Labels, volumes Labels, networks labels."""
     return info.get("Labels") or info.get("labels") or (info.get("Config") or {}).get("Labels") or {}
@@ -213,7 +227,14 @@ class PodmanDriver:
                 if made.returncode != 0 and _inspect("volume", vol.name) is None:
                     raise DriverError(f"podman volume create {vol.name} failed: {made.stderr.strip()}")
         log(f"{node.container}: podman run ({node.image})")
-        _podman("run", *run_args(node))
+        made = _podman("run", *run_args(node), check=False)
+        if made.returncode != 0 and _remove_storage_leftover(node.container):
+            # A podman run killed half-way (a timeout, a deadlock) leaves the name taken by
+            # a container podman itself no longer lists: gone now, so run again.
+            log(f"{node.container}: removed a half-created container left by an earlier run")
+            made = _podman("run", *run_args(node), check=False)
+        if made.returncode != 0:
+            raise DriverError(f"podman run {node.container} failed (exit {made.returncode}): {made.stderr.strip()}")
 
     def ensure_absent(self, node: PodmanNode, log: Log = quiet, keep_volumes: bool = False) -> None:
         with _volume_lock(node):
@@ -312,6 +333,9 @@ def cleanup(cluster: str, log: Log = quiet) -> None:
     for name in labelled("container", cluster):
         log(f"removing container {name}")
         _remove_container(name)
+    for name in _storage_leftovers(f"railyard-{cluster}-"):
+        log(f"removing half-created container {name}")
+        _podman("rm", "--storage", name, check=False)
     for name in labelled("network", cluster):
         log(f"removing network {name}")
         _podman("network", "rm", name, check=False)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ClusterShell.NodeSet import NodeSet
 
 from railyard import lifecycle
 from railyard.apply.engine import LAB_PASSPHRASE
@@ -154,6 +156,118 @@ def test_slurm_job_runs_on_4_nodes(stack: dict) -> None:
     # the live topology is the plan's: every switch with its nodes and children
     topo = _podman("exec", "railyard-lab-login1", "scontrol", "show", "topology").stdout
     assert observed_topology(topo) == expected_topology(yaml.safe_load(LAB.read_text())), topo
+
+
+def _job(job: str) -> dict[str, str]:
+    proc, _ = _login("scontrol", "show", "job", job)
+    return dict(re.findall(r"(\w+)=(\S+)", proc.stdout))
+
+
+def _sbatch(*args: str) -> str:
+    proc, _ = _login("sbatch", "--parsable", *args)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip().split(";")[0]
+
+
+def _wait_job(job: str, states: set[str], timeout: float = 60) -> dict[str, str]:
+    deadline = time.monotonic() + timeout
+    while (fields := _job(job)).get("JobState") not in states and time.monotonic() < deadline:
+        time.sleep(1)
+    return fields
+
+
+FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}
+
+
+@pytest.mark.timeout(180)
+def test_switches_keeps_a_job_in_one_su(stack: dict) -> None:
+    """`--switches=1` keeps a job inside one SU, where first fit would not: with one node
+    free in su1 and one in su2 (the rest of su1 drained, the rest of su2 busy), a plain -N2
+    job runs at once on the cross-SU pair (the CONTROL), while the same job with
+    --switches=1@5:00 stays pending beside that idle pair and runs in su2 once su2's busy
+    node frees. On an idle cluster the tree plugin picks one leaf by itself, so only this
+    arrangement tells them apart. SUs from the spec's YAML (su1 = gpu[001-002], su2 =
+    gpu[003-004]), not from the compiler."""
+    spec = yaml.safe_load(LAB.read_text())
+    sus = [sorted(NodeSet(su["nodes"]) & NodeSet("gpu[001-004]"))
+           for su in spec["fabric"]["rail_optimized"]["scalable_units"]]
+    assert sus == [["gpu001", "gpu002"], ["gpu003", "gpu004"]], sus
+    (a1, a2), (b1, b2) = sus
+    blocker = switched = None
+    try:
+        blocker = _sbatch("-o", "/dev/null", "--exclusive", "-w", b2, "--wrap", "sleep 300")
+        _login("scontrol", "update", f"nodename={a2}", "state=drain", "reason=railyard-e2e-switches")
+        assert _wait_job(blocker, {"RUNNING"}, 30).get("JobState") == "RUNNING"
+        control = _wait_job(_sbatch("-o", "/dev/null", "-N2", "--wrap", "hostname"), FINISHED)
+        print(f"\nCONTROL -N2 without --switches ({a2} drained, {b2} busy): ran on {control.get('NodeList')}")
+        assert control.get("JobState") == "COMPLETED", control
+        assert set(NodeSet(control["NodeList"])) == {a1, b1}, control
+
+        switched = _sbatch("-o", "/dev/null", "-N2", "--switches=1@05:00", "--wrap", "hostname")
+        time.sleep(5)  # submission and the control's end each ran the scheduler
+        pending = _job(switched)
+        print(f"--switches=1@05:00 with {a1},{b1} idle: JobState={pending.get('JobState')} "
+              f"Reason={pending.get('Reason')}")
+        assert pending.get("JobState") == "PENDING", pending
+        assert pending.get("Switches", "").startswith("1@"), pending
+        _login("scancel", blocker)
+        done = _wait_job(switched, FINISHED)
+        assert done.get("JobState") == "COMPLETED", done
+        assert set(NodeSet(done["NodeList"])) == {b1, b2}, f"expected su2 only: {done}"
+    finally:
+        for job in (blocker, switched):
+            if job:
+                _login("scancel", job)
+        _login("scontrol", "update", f"nodename={a2}", "state=resume")
+
+
+# A batch job that checkpoints on USR1: it records when the signal came (seconds after it
+# started), then keeps working until Slurm ends it.
+CHECKPOINTING_JOB = """#!/bin/bash
+start=$(date +%s)
+trap 'echo "USR1 after $(( $(date +%s) - start )) s"' USR1
+echo started
+while true; do sleep 1; done
+"""
+
+
+@pytest.mark.timeout(300)
+def test_signal_before_the_time_limit_then_the_end(stack: dict) -> None:
+    """docs/user-guide.md "Jobs that checkpoint": `--signal=B:USR1@45` with a one-minute
+    limit gets USR1 before the limit, while the same job without it gets none; both end
+    as TIMEOUT once the limit and the spec's over_time_limit (1 minute in the lab) are past."""
+    spec = yaml.safe_load(LAB.read_text())
+    over = int(spec["partitions"]["slurm"]["over_time_limit"]) * 60
+    conf, _ = _login("scontrol", "show", "config")
+    assert re.search(rf"^OverTimeLimit\s+=\s+{over // 60} min", conf.stdout, re.MULTILINE), conf.stdout
+    out = "/home/railyard-e2e"
+    _login("mkdir", "-p", out)
+    jobs = {}
+    for label, node, extra in (("signalled", "gpu001", ["--signal=B:USR1@45"]), ("control", "gpu002", [])):
+        proc, _ = _login("sbatch", "--parsable", "-N1", "-w", node, "--time=1", *extra,
+                         "-o", f"{out}/ckpt-%j.out", input=CHECKPOINTING_JOB)
+        assert proc.returncode == 0, proc.stderr
+        jobs[label] = proc.stdout.strip().split(";")[0]
+    try:
+        ended = {label: _wait_job(job, FINISHED, timeout=60 + over + 120) for label, job in jobs.items()}
+        logs = {label: _login("cat", f"{out}/ckpt-{job}.out")[0].stdout for label, job in jobs.items()}
+        print(f"\nsignalled: {logs['signalled'].split()} RunTime={ended['signalled'].get('RunTime')}; "
+              f"control: {logs['control'].split()} RunTime={ended['control'].get('RunTime')}")
+        for label, fields in ended.items():
+            assert fields.get("JobState") == "TIMEOUT", (label, fields)
+            h, m, sec = (int(x) for x in fields["RunTime"].split(":"))
+            run = h * 3600 + m * 60 + sec
+            # ended after the limit and the over-time, within slurmctld's 30 s check interval
+            # and KillWait (30 s) of it
+            assert 60 + over <= run <= 60 + over + 70, (label, fields["RunTime"])
+            assert "CANCELLED AT" in logs[label] and "DUE TO TIME LIMIT" in logs[label], logs[label]
+        got = re.findall(r"USR1 after (\d+) s", logs["signalled"])
+        assert len(got) == 1 and int(got[0]) < 60, logs["signalled"]
+        assert "USR1" not in logs["control"], logs["control"]
+        TIMES.update(usr1_after_s=int(got[0]))
+    finally:
+        for job in jobs.values():
+            _login("scancel", job)
 
 
 # A real MPI program: every rank reports its host, and an Allreduce over all ranks proves

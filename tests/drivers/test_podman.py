@@ -95,6 +95,35 @@ def test_nodes_with_volumes_are_created_one_at_a_time(monkeypatch, tmp_path) -> 
     assert held == {"c-a": True, "c-b": False}
 
 
+def test_a_half_created_container_is_removed_and_the_run_repeated(monkeypatch) -> None:
+    """A podman run killed half-way (its timeout, a deadlock) leaves a container in storage
+    that ``podman ps`` does not list but whose name is taken: the next run removes it
+    (``rm --storage``) and runs again. Unit level: such leftovers cannot be made on purpose."""
+    from railyard.drivers import podman as drv
+
+    calls: list[tuple[str, ...]] = []
+    leftover = {"c-a"}
+
+    def fake_podman(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        calls.append(args)
+        if args[0] == "run" and leftover:
+            return subprocess.CompletedProcess(args, 125, "", 'the container name "c-a" is already in use')
+        if args[:3] == ("ps", "-a", "--external"):
+            return subprocess.CompletedProcess(args, 0, "".join(f"{n}\tStorage\n" for n in leftover), "")
+        if args[:2] == ("rm", "--storage"):
+            leftover.discard(args[2])
+        return subprocess.CompletedProcess(args, 0, "", "")
+
+    monkeypatch.setattr(drv, "_podman", fake_podman)
+    monkeypatch.setattr(drv, "_inspect", lambda kind, name: None)
+    monkeypatch.setattr(drv.PodmanDriver, "_wait_for_systemd", staticmethod(lambda node, log: None))
+    monkeypatch.setattr(drv.PodmanDriver, "observe", lambda self, node: None)
+    node = PodmanNode(name="a", cluster="c", address="10.0.0.5", container="c-a", image="img", attachments=())
+    drv.PodmanDriver().ensure_up(node)
+    assert [c[0] for c in calls if c[0] in ("run", "rm")] == ["run", "rm", "run"]
+    assert ("rm", "--storage", "c-a") in calls
+
+
 def test_run_args_are_what_podman_gets() -> None:
     n = PodmanNode(name="a", cluster="c", address="10.0.0.5", container="railyard-c-a", image="img",
                    attachments=(Attachment("m", "eth0", "10.0.0.5", ("a",)),))

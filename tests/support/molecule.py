@@ -92,8 +92,19 @@ def scaled_spec(gpus: int, per_su: int = 4, cidr: str = MOLECULE_CIDR) -> dict[s
     return spec
 
 
+def blocks_spec(cidr: str = MOLECULE_CIDR) -> dict[str, Any]:
+    """The lab with every GPU node its own NVLink domain, as on HGX/DGX H100 systems (an
+    8-GPU NVSwitch board per node): Slurm schedules it by topology/block, one block per node
+    and BlockSizes=1,2, so a 2-node job stays inside its SU. The lab stays a switch tree,
+    proven by the e2e; molecule/slurm_cluster runs this variant on the same nodes."""
+    spec = lab_spec(cidr)
+    spec["fabric"]["rail_optimized"]["nvlink"] = {"domain_nodes": 1}
+    return spec
+
+
 VARIANTS = {
     "lab": lambda: lab_spec(),
+    "blocks": lambda: blocks_spec(),
     "scale16": lambda: scaled_spec(16),
 }
 

@@ -21,7 +21,7 @@ import yaml
 from ClusterShell.NodeSet import NodeSet
 
 from tests.support import molecule as support
-from tests.support.topology import expected_topology, observed_topology
+from tests.support.topology import expected_blocks
 from tests.support.verify import ARTIFACTS, VARIANT
 
 PLAN = json.loads((ARTIFACTS / "plan.json").read_text())
@@ -134,10 +134,35 @@ def test_sinfo_every_node_idle():
         pytest.fail(f"not idle: {bad} (sinfo: {states} {err}){details}")
 
 
-def test_topology_equals_plan():
-    """Every switch: its level, every node below it and its child switches."""
+def _blocks(text: str) -> dict[str, tuple[int, frozenset[str]]]:
+    """``scontrol show topology`` under topology/block: every block, base and aggregated,
+    as name -> (BlockSize, its nodes)."""
+    out = {}
+    for line in text.splitlines():
+        rec = dict(re.findall(r"(\w+)=(\S+)", line))
+        name = rec.get("BlockName") or rec.get("AggregatedBlock")
+        if name:
+            out[name] = (int(rec["BlockSize"]), frozenset(NodeSet(rec["Nodes"])))
+    return out
+
+
+def test_blocks_are_the_nvlink_domains_and_the_sus():
+    """topology/block: one base block per NVLink domain with Slurm nodes (each GPU node is
+    its own domain here: nvl3 and nvl6 hold only the Kubernetes workers kw1 and kw2, so
+    Slurm leaves them out), and the BlockSizes=2 aggregates are exactly the SUs."""
+    want = {
+        "nvl1": (1, {"gpu001"}), "nvl2": (1, {"gpu002"}), "nvl4": (1, {"gpu003"}), "nvl5": (1, {"gpu004"}),
+        "nvl[1-2]": (2, SPEC_SUS["su1"]), "nvl[4-5]": (2, SPEC_SUS["su2"]),
+    }
+    # the literal is the spec's own derivation (tests/support/topology.py), not the compiler's
+    spec = support.VARIANTS[VARIANT]()
+    assert {n: (1, nodes) for n, nodes in expected_blocks(spec).items()} == {
+        n: v for n, v in want.items() if v[0] == 1
+    }
     out = run_ok(LOGIN, "scontrol show topology")
-    assert observed_topology(out) == expected_topology(support.VARIANTS[VARIANT]()), out
+    assert _blocks(out) == want, out
+    assert "TopologyPlugin=topology/block" in run_ok(CONTROLLER, "cat /etc/slurm/slurm.conf")
+    assert "BlockSizes=1,2" in run_ok(CONTROLLER, "cat /etc/slurm/topology.conf")
 
 
 def test_srun_four_hosts():
@@ -171,67 +196,67 @@ def _sbatch(args: str) -> str:
     return run_ok(LOGIN, f"sbatch --parsable -o /dev/null {args}").strip().split(";")[0]
 
 
-def test_switches_one_waits_for_one_su_where_the_control_spans_two():
-    """`--switches=1` is what keeps a job inside one SU: with one node free in su1 and one
-    in su2 (the rest of su1 drained, the rest of su2 busy), a plain -N2 job runs at once on
-    the cross-SU pair (CONTROL), while the same job with --switches=1@5:00 stays pending
-    next to that idle pair and runs on su2 once su2's busy node frees.  Slurm's tree
-    plugin picks a fitting leaf by itself, so an idle cluster could not tell them apart."""
-    sus = sorted((name, sorted(nodes)) for name, nodes in SPEC_SUS.items() if len(nodes) >= 2)
-    assert len(sus) >= 2, SPEC_SUS
-    (su_a, in_a), (su_b, in_b) = sus[0], sus[1]
-    a1, (b1, b2) = in_a[0], in_b[:2]
-    drained = NodeSet.fromlist(sorted(set(COMPUTE) - {a1, b1, b2}))
-    blocker = switched = None
+def _running(job: str) -> dict[str, str]:
+    return wait_for(lambda: ((f := _job(job)).get("JobState") == "RUNNING", f), timeout=30, every=0.5)
+
+
+def test_a_two_node_job_stays_in_one_su_where_segments_of_one_may_cross():
+    """BlockSizes=1,2: a 2-node job is larger than one block, so Slurm places it inside one
+    2-block aggregate, which is one SU. With the first node of each SU busy, the CONTROL
+    `-N2 --segment=1` (two 1-node segments, each in some block) runs at once on the idle
+    cross-SU pair, where first fit would put any 2-node job; the plain -N2 job stays pending
+    (Reason=Resources) beside that pair, and runs inside su1 once su1's busy node frees."""
+    (a1, a2), (b1, b2) = sorted(SPEC_SUS["su1"]), sorted(SPEC_SUS["su2"])
+    held = [_sbatch(f"--exclusive -w {n} --wrap 'sleep 300'") for n in (a1, b1)]
+    job = None
     try:
-        blocker = _sbatch(f"--exclusive -w {b2} --wrap 'sleep 300'")
-        if drained:
-            run_ok(
-                LOGIN,
-                f"scontrol update nodename={drained} state=drain reason=railyard-switches-test",
-            )
-        busy = wait_for(
-            lambda: ((f := _job(blocker)).get("JobState") == "RUNNING", f), timeout=30, every=0.5
-        )
-        assert busy.get("JobState") == "RUNNING", busy
-
-        control = _job_done(_sbatch("-N2 --wrap hostname"))
-        placed = frozenset(NodeSet(control["NodeList"]))
-        print(
-            f"\nCONTROL -N2 without --switches ({drained} drained, {b2} busy): ran on {control['NodeList']}"
-        )
+        for h in held:
+            assert _running(h).get("JobState") == "RUNNING"
+        control = _job_done(_sbatch("-N2 --segment=1 --wrap hostname"))
+        print(f"\nCONTROL -N2 --segment=1 ({a1}, {b1} busy): ran on {control.get('NodeList')}")
         assert control.get("JobState") == "COMPLETED", control
-        assert placed == {a1, b1}, (
-            f"expected the cross-SU pair {a1} ({su_a}) + {b1} ({su_b}): {control}"
-        )
+        assert frozenset(NodeSet(control["NodeList"])) == {a2, b2}, control
 
-        switched = _sbatch("-N2 --switches=1@05:00 --wrap hostname")
-        time.sleep(5)  # submission and job end each ran the scheduler; it had its chances
-        pending = _job(switched)
-        idle = run_ok(LOGIN, f"sinfo -h -N -n {a1},{b1} -o '%N %t'").split()
-        print(
-            f"--switches=1@05:00 with {a1},{b1} idle ({idle}): JobState={pending.get('JobState')} "
-            f"Reason={pending.get('Reason')} Switches={pending.get('Switches')}"
-        )
-        assert pending.get("JobState") == "PENDING", pending
-        # idle; "plnd" is idle too: backfill has planned the pending job (22.05's PLANNED)
-        assert idle[::2] == [a1, b1] and set(idle[1::2]) <= {"idle", "plnd"}, idle
-        assert pending.get("Switches", "").startswith("1@"), pending
+        job = _sbatch("-N2 --wrap hostname")
+        time.sleep(5)  # the submission and the control's end each ran the scheduler
+        pending = _job(job)
+        idle = run_ok(LOGIN, f"sinfo -h -N -n {a2},{b2} -o '%N %t'").split()
+        print(f"-N2 with {a2},{b2} idle ({idle}): JobState={pending.get('JobState')} Reason={pending.get('Reason')}")
+        assert pending.get("JobState") == "PENDING" and pending.get("Reason") == "Resources", pending
+        assert set(idle[1::2]) <= {"idle", "plnd"}, idle
 
-        t0 = time.monotonic()
-        run_ok(LOGIN, f"scancel {blocker}")
-        done = _job_done(switched)
-        print(
-            f"after {b2} freed: ran on {done.get('NodeList')} ({time.monotonic() - t0:.1f} s later)"
-        )
+        run_ok(LOGIN, f"scancel {held[0]}")
+        done = _job_done(job)
         assert done.get("JobState") == "COMPLETED", done
-        assert frozenset(NodeSet(done["NodeList"])) == {b1, b2}, f"expected {su_b} only: {done}"
+        assert frozenset(NodeSet(done["NodeList"])) == {a1, a2}, f"expected su1 only: {done}"
     finally:
-        for job in (blocker, switched):
-            if job:
-                host(LOGIN).run(f"scancel {job}")
-        if drained:
-            host(LOGIN).run(f"scontrol update nodename={drained} state=resume")
+        for j in (*held, job):
+            if j:
+                host(LOGIN).run(f"scancel {j}")
+
+
+def test_what_no_block_can_hold_is_refused_with_a_reason():
+    """A 2-node job that names one node of each SU fits no 2-block aggregate: sbatch refuses
+    it, while the same job inside one SU runs (the control). A segment larger than the base
+    block (1 node) is refused too, where --segment=1 is accepted (the test above)."""
+    (a1, a2), (b1, _b2) = sorted(SPEC_SUS["su1"]), sorted(SPEC_SUS["su2"])
+    across = host(LOGIN).run(f"sbatch --parsable -o /dev/null -N2 -w {a1},{b1} --wrap hostname")
+    print(f"\n-N2 -w {a1},{b1}: rc={across.rc} {across.stderr.strip()}")
+    assert across.rc != 0 and "Requested node configuration is not available" in across.stderr, across
+    inside = _job_done(_sbatch(f"-N2 -w {a1},{a2} --wrap hostname"))
+    assert inside.get("JobState") == "COMPLETED", inside
+    segment = host(LOGIN).run("sbatch --parsable -o /dev/null -N2 --segment=2 --wrap hostname")
+    print(f"-N2 --segment=2: rc={segment.rc} {segment.stderr.strip()}")
+    assert segment.rc != 0 and "Requested topology configuration is not available" in segment.stderr, segment
+
+
+def test_a_job_larger_than_the_largest_block_size_spans_the_sus():
+    """Slurm's rule for a job larger than the largest BlockSizes aggregate (2 nodes here):
+    it is placed across the whole topology. -N3 takes nodes of both SUs."""
+    done = _job_done(_sbatch("-N3 --wrap hostname"))
+    assert done.get("JobState") == "COMPLETED", done
+    placed = frozenset(NodeSet(done["NodeList"]))
+    assert len(placed) == 3 and placed & SPEC_SUS["su1"] and placed & SPEC_SUS["su2"], done
 
 
 def test_gres_two_standin_gpus():
