@@ -49,11 +49,15 @@ STEPS: tuple[Step, ...] = (
     Step("lustre_client", "lustre_client", ("common",), ("storage/units/*", "storage/lustre.conf"), "storage"),
     Step("slurm_controller", "slurm_controller", ("munge",), ("slurm/*",), "slurm"),
     Step("enroot", "slurm_compute:slurm_login", ("common",), ("enroot/*",), "slurm"),
+    # Pyxis' plugin before slurmd's first start: in configless mode slurmd fetches the
+    # served plugstack.conf and pyxis.conf, loads the `required` plugin at start-up and exits
+    # without it ("spank: .../conf-cache/pyxis.conf:3: Failed to load plugin ... Aborting.",
+    # "slurmd initialization failed"). The package needs only enroot, not Slurm.
+    Step("pyxis", "slurm_compute:slurm_login", ("enroot",), ("slurm/plugstack.conf.d/*",), "slurm"),
     Step("slurm_compute", "slurm_compute",
-         ("slurm_controller", "nfs_client", "lustre_client", "enroot"), ("slurm/*",), "slurm"),
-    Step("slurm_login", "slurm_login", ("slurm_controller", "nfs_client", "lustre_client"), ("slurm/*",), "slurm"),
-    Step("pyxis", "slurm_compute:slurm_login", ("enroot", "slurm_compute", "slurm_login"),
-         ("slurm/plugstack.conf.d/*",), "slurm"),
+         ("slurm_controller", "nfs_client", "lustre_client", "enroot", "pyxis"), ("slurm/*",), "slurm"),
+    Step("slurm_login", "slurm_login", ("slurm_controller", "nfs_client", "lustre_client", "pyxis"), ("slurm/*",),
+         "slurm"),
     Step("k8s_control_plane", "k8s_control_plane", ("common",), (), "kubernetes"),
     # workers register their Node through the control plane (labels from node-labels.yaml
     # reach them as host variables)

@@ -137,8 +137,8 @@ def role_exists(root: Path, role: str) -> bool:
 
 
 # The roles whose systemd units the nodes layer checks (expected_units says which).
-UNIT_ROLES = ("munge", "slurm_controller", "slurm_compute", "nfs_client", "k8s_control_plane", "k8s_worker", "kueue",
-              "volcano")
+UNIT_ROLES = ("munge", "slurm_controller", "slurm_compute", "slurm_login", "nfs_client", "k8s_control_plane", "k8s_worker",
+              "kueue", "volcano")
 
 
 def expected_units(plan: Plan, roles: Sequence[str]) -> dict[str, tuple[tuple[str, str, str], ...]]:
@@ -167,6 +167,9 @@ def expected_units(plan: Plan, roles: Sequence[str]) -> dict[str, tuple[tuple[st
             add(plan.slurm.controllers, "slurmctld.service", "active", "slurm_controller")
         if "slurm_compute" in roles:
             add(plan.slurm.compute, "slurmd.service", "active", "slurm_compute")
+        # configless: login nodes run sackd, which keeps the configuration their commands read
+        if "slurm_login" in roles and plan.slurm.config_delivery == "configless":
+            add(plan.slurm.login, "sackd.service", "active", "slurm_login")
     if plan.kubernetes is not None:
         cp, workers = plan.kubernetes.control_plane, plan.kubernetes.workers
         if "k8s_control_plane" in roles:

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+import yaml
 
 from railyard import exitcodes
 from railyard.drift import collect as C
@@ -32,6 +33,7 @@ from railyard.drift.collect import (
 from railyard.drift.files import check_playbook, summarize_events
 from railyard.drift.observed import Observed, UnitState
 from railyard.drivers import NodeState
+from railyard.load import loads_plan
 from tests.drift.recorded import FIX, slurm_obs, slurm_text
 
 ALL_ROLES = ["munge", "slurm_controller", "slurm_compute", "nfs_client"]
@@ -157,6 +159,20 @@ def test_expected_units_follow_the_roles_that_exist(lab_plan):
     assert expected_units(lab_plan, []) == {}
     assert expected_units(lab_plan, ["slurm_compute"]) == {
         f"gpu00{i}": (("slurmd.service", "active", "slurm_compute"),) for i in range(1, 5)}
+
+
+@pytest.mark.parametrize(("delivery", "login"), [
+    (None, (("sackd.service", "active", "slurm_login"),)),  # the lab (24.11) defaults to configless
+    ("configless", (("sackd.service", "active", "slurm_login"),)),
+    ("files", None),  # no daemon on a files-mode login node
+])
+def test_expected_units_sackd_on_login_nodes_in_configless_mode(lab, delivery, login):
+    if delivery is not None:
+        lab["partitions"]["slurm"]["config_delivery"] = delivery
+    plan = loads_plan(yaml.safe_dump(lab), "t.yaml")
+    units = expected_units(plan, ["slurm_login", "slurm_compute"])
+    assert units.get("login1") == login
+    assert units["gpu001"] == (("slurmd.service", "active", "slurm_compute"),)  # in both modes
 
 
 WANTED = (("munge.service", "active"), ("slurmd.service", "active"), ("shared.mount", "enabled"))

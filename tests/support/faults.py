@@ -94,9 +94,12 @@ FAULTS: tuple[Fault, ...] = (
              Want("slurm", "gpu004", "node_state")),
     ),
     Fault(
-        "slurm.conf edited on one compute node", "gpu001",
-        f"sed -i 's/^MpiDefault=pmix$/MpiDefault=pmi2/' {SLURM_CONF}; grep -q '^MpiDefault=pmi2$' {SLURM_CONF}",
-        (_files("gpu001", "file_changed", f"gpu001: {SLURM_CONF} differs from the plan (1 plan line missing, 1 extra)"),),
+        # The lab is configless (Slurm 24.11's default): slurmd fetches from slurmctld and the
+        # role removes every local copy, since the node's commands would read this one first.
+        "stale slurm.conf left on one compute node", "gpu001",
+        f"sed 's/^MpiDefault=pmix$/MpiDefault=pmi2/' /run/slurm/conf/slurm.conf > {SLURM_CONF}\n"
+        f"grep -q '^MpiDefault=pmi2$' {SLURM_CONF}",
+        (_files("gpu001", "file_unexpected", f"gpu001: {SLURM_CONF} should not exist (the plan removes it)"),),
     ),
     Fault(
         "topology.conf changed on the controller", "ctl1",
@@ -125,14 +128,15 @@ FAULTS: tuple[Fault, ...] = (
         (_files("gpu004", "secret_changed", "role munge would change a secret"),),
     ),
     Fault(
-        # srun, sbatch and sinfo read the login node's slurm.conf on every call, so this is
-        # felt by the next user command, Pyxis active or not (pyxis.conf.inactive, which it
-        # replaces, was read by nothing); the e2e's last srun from login1 proves it restored
-        "controller port changed on the login node", "login1",
-        f"sed -i 's/^SlurmctldPort=6817$/SlurmctldPort=6899/' {SLURM_CONF}; grep -q '^SlurmctldPort=6899$' {SLURM_CONF}\n"
+        # srun, sbatch and sinfo read /etc/slurm/slurm.conf before sackd's cache
+        # (/run/slurm/conf), so a stale copy there is felt by the next user command; the
+        # e2e's last srun from login1 proves `railyard up` removed it
+        "stale slurm.conf with another controller port on the login node", "login1",
+        f"sed 's/^SlurmctldPort=6817$/SlurmctldPort=6899/' /run/slurm/conf/slurm.conf > {SLURM_CONF}\n"
+        f"grep -q '^SlurmctldPort=6899$' {SLURM_CONF}\n"
         # felt: the login node's commands no longer reach slurmctld
         "if timeout 60 sinfo -h >/dev/null 2>&1; then echo 'sinfo still reaches slurmctld' >&2; exit 1; fi",
-        (_files("login1", "file_changed", f"login1: {SLURM_CONF} differs from the plan (1 plan line missing, 1 extra)"),),
+        (_files("login1", "file_unexpected", f"login1: {SLURM_CONF} should not exist (the plan removes it)"),),
     ),
     Fault(
         "NFS export changed", "nfs1",

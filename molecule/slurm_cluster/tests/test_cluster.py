@@ -12,6 +12,8 @@ import hashlib
 import json
 import os
 import re
+import shlex
+import subprocess
 import time
 from pathlib import Path
 
@@ -40,6 +42,24 @@ def _inventory_hosts() -> list[str]:
 
 
 HOSTS = _inventory_hosts()
+
+# How nodes get the configuration, from the spec YAML (the variant's dict) and literals,
+# never from the compiler: the lab targets Slurm 24.11 and leaves config_delivery unset,
+# and from 24.11 the default is configless (docs/user-guide.md, "How nodes get slurm.conf").
+SPEC_SLURM = support.VARIANTS[VARIANT]()["partitions"]["slurm"]
+SPEC_VERSION = support.VARIANTS[VARIANT]()["cluster"]["versions"]["slurm"]
+DELIVERY = SPEC_SLURM.get("config_delivery") or {"24.11": "configless"}[SPEC_VERSION]
+CONF_SERVER = f"{CONTROLLER}:6817"  # the lab's SlurmctldPort
+# What slurmd fetches and keeps in /run/slurm/conf (its SlurmdSpoolDir/conf-cache) and
+# what sackd keeps there for the login node's commands (Slurm 24.11 fetch_config.c:
+# slurmd_config_files, client_config_files; with the includes of plugstack.conf).
+SLURMD_FILES = ("slurm.conf", "topology.conf", "gres.conf", "cgroup.conf")
+SACKD_FILES = ("slurm.conf", "topology.conf")
+# What files mode copies to every node, and prepare.yml left on compute and login nodes.
+FILES_MODE_COPIES = (*SLURMD_FILES, "plugstack.conf.d/pyxis.conf")
+CACHE = "/run/slurm/conf"
+PYXIS_CONF = ARTIFACTS / "slurm/plugstack.conf.d/pyxis.conf"
+configless = pytest.mark.skipif(DELIVERY != "configless", reason=f"config_delivery is {DELIVERY}")
 
 
 def host(name: str):
@@ -99,10 +119,80 @@ def test_munge_key_and_ids(name):
     )
 
 
+def _sha(name: str, path: str) -> str | None:
+    res = host(name).run(f"sha256sum {shlex.quote(path)}")
+    return res.stdout.split()[0] if res.rc == 0 else None
+
+
 def test_slurm_conf_identical_everywhere():
+    """The rendered slurm.conf is what every daemon and command reads: /etc/slurm on the
+    controller; in configless mode slurmd's and sackd's cache elsewhere."""
     rendered = hashlib.sha256((ARTIFACTS / "slurm/slurm.conf").read_bytes()).hexdigest()
-    sums = {n: run_ok(n, "sha256sum /etc/slurm/slurm.conf").split()[0] for n in HOSTS}
-    assert set(sums.values()) == {rendered}, sums
+    where = {n: "/etc/slurm/slurm.conf" if DELIVERY == "files" or n == CONTROLLER else f"{CACHE}/slurm.conf"
+             for n in HOSTS}
+    sums = {n: _sha(n, path) for n, path in where.items()}
+    assert set(sums.values()) == {rendered}, (where, sums)
+
+
+@configless
+@pytest.mark.parametrize("name", [*COMPUTE, LOGIN])
+def test_configless_nothing_copied(name):
+    """No Slurm file on compute and login nodes: prepare.yml left files-mode copies of all
+    of them (which the commands would read before the served ones), converge removed them."""
+    left = [f for f in FILES_MODE_COPIES if host(name).file(f"/etc/slurm/{f}").exists]
+    assert not left, f"{name}: /etc/slurm still has {left}"
+
+
+@configless
+@pytest.mark.parametrize("name", COMPUTE)
+def test_configless_slurmd_fetches_from_the_controller(name):
+    """slurmd runs with --conf-server and holds the rendered files slurmctld served, with
+    plugstack.conf including pyxis.conf next to it."""
+    args = run_ok(name, "ps -o args= -C slurmd", "slurmd")
+    assert f"--conf-server {CONF_SERVER}" in args, args
+    for f in SLURMD_FILES:
+        assert _sha(name, f"{CACHE}/{f}") == hashlib.sha256((ARTIFACTS / "slurm" / f).read_bytes()).hexdigest(), f
+    assert _sha(name, f"{CACHE}/pyxis.conf") == hashlib.sha256(PYXIS_CONF.read_bytes()).hexdigest()
+    plugstack = run_ok(name, f"cat {CACHE}/plugstack.conf")
+    assert [line for line in plugstack.splitlines() if line and not line.startswith("#")] == ["include pyxis.conf"]
+
+
+@configless
+def test_configless_login_runs_sackd():
+    """sackd (not slurmd) on the login node, fetching from the controller into /run/slurm/conf."""
+    h = host(LOGIN)
+    svc = h.service("sackd")
+    if not (svc.is_running and svc.is_enabled):
+        pytest.fail(f"sackd on {LOGIN}: running={svc.is_running} enabled={svc.is_enabled}{journal(LOGIN, 'sackd')}")
+    args = run_ok(LOGIN, "ps -o args= -C sackd", "sackd")
+    assert f"--conf-server {CONF_SERVER}" in args, args
+    assert h.run("ps -o args= -C slurmd").stdout.strip() == ""
+    for f in SACKD_FILES:
+        assert _sha(LOGIN, f"{CACHE}/{f}") == hashlib.sha256((ARTIFACTS / "slurm" / f).read_bytes()).hexdigest(), f
+
+
+def test_srun_on_login_loads_pyxis():
+    """The plugstack.conf the login node's srun reads (sackd's cache in configless mode)
+    includes pyxis.conf, which loads the plugin: srun lists Pyxis' options."""
+    out = run_ok(LOGIN, "srun --help")
+    assert "--container-image" in out, out
+
+
+# The Enroot image scripts/build-container-image.sh builds offline from Debian's busybox-static.
+CONTAINER_IMAGE = Path(os.environ.get("RAILYARD_IMAGES_DIR", "/var/cache/railyard/images")) / "busybox.sqsh"
+
+
+@pytest.mark.timeout(180)
+def test_container_step_on_a_compute_node():
+    """A step in a container: slurmstepd on the compute node loads Pyxis from the served
+    plugstack.conf and Enroot starts the image (its os-release, not the node's Debian)."""
+    if not CONTAINER_IMAGE.is_file():
+        pytest.skip(f"{CONTAINER_IMAGE} is missing: run scripts/build-container-image.sh")
+    node = COMPUTE[0]
+    subprocess.run(["podman", "cp", str(CONTAINER_IMAGE), f"{node}:/tmp/busybox.sqsh"], check=True, timeout=60)
+    out = run_ok(LOGIN, f"timeout 120 srun -N1 -w {node} --container-image=/tmp/busybox.sqsh "
+                        "sh -c '. /etc/os-release; echo $(hostname) $ID'", "slurmd")
+    assert out.split() == [node, "railyard-busybox"], out
 
 
 @pytest.mark.parametrize("name", HOSTS)
@@ -286,3 +376,52 @@ def test_standin_gpus_labelled(name):
     assert kinds == ["character special file"] * len(devices), kinds
     readme = h.file("/etc/slurm/STANDIN-GPUS.README")
     assert readme.exists and "NOT GPUs" in readme.content_string
+
+
+def _replace_line(path: str, old: str, new: str) -> None:
+    """Replace the line *old* of *path* on the controller by *new* (fixed strings)."""
+    script = ("import sys; p, old, new = sys.argv[1:]; lines = open(p).read().split('\\n'); "
+              "assert old in lines, (p, old); open(p, 'w').write('\\n'.join(new if x == old else x for x in lines))")
+    run_ok(CONTROLLER, f"python3 -c {shlex.quote(script)} {path} {shlex.quote(old)} {shlex.quote(new)}")
+
+
+@configless
+@pytest.mark.timeout(240)
+def test_configless_change_reaches_every_node_by_reconfigure():
+    """A change to slurm.conf and topology.conf on the controller alone, then `scontrol
+    reconfigure`: every slurmd and the login node's sackd fetch it (their caches hold the
+    new lines, and a command on a compute node reads it), and nothing is copied to them."""
+    # Lines of the lab's rendered files (inventories/lab/cluster.yaml: max_switch_wait 30
+    # min, 800G links), changed to values nothing else in these tests depends on.
+    conf, topo = "/etc/slurm/slurm.conf", "/etc/slurm/topology.conf"
+    old_conf, new_conf = "SchedulerParameters=max_switch_wait=1800", "SchedulerParameters=max_switch_wait=1799"
+    old_topo = "SwitchName=spine Switches=su[1-2] LinkSpeed=800"
+    new_topo = "SwitchName=spine Switches=su[1-2] LinkSpeed=799"
+    nodes = [*COMPUTE, LOGIN]
+    run_ok(CONTROLLER, f"cp -p {conf} /root/slurm.conf.orig && cp -p {topo} /root/topology.conf.orig")
+    t0 = time.monotonic()
+    try:
+        _replace_line(conf, old_conf, new_conf)
+        _replace_line(topo, old_topo, new_topo)
+        run_ok(CONTROLLER, "scontrol reconfigure", "slurmctld")
+
+        def arrived():
+            seen = {n: (host(n).run(f"grep -cxF -e {shlex.quote(new_conf)} -e {shlex.quote(new_topo)} "
+                                    f"{CACHE}/slurm.conf {CACHE}/topology.conf").stdout.split()) for n in nodes}
+            return all(v == [f"{CACHE}/slurm.conf:1", f"{CACHE}/topology.conf:1"] for v in seen.values()), seen
+
+        seen = wait_for(arrived, timeout=60, every=0.5)
+        took = time.monotonic() - t0
+        print(f"\nscontrol reconfigure: the change reached {len(nodes)} nodes' caches in {took:.1f} s")
+        assert all(v == [f"{CACHE}/slurm.conf:1", f"{CACHE}/topology.conf:1"] for v in seen.values()), seen
+        # a command on a compute node reads the served file (slurmd's cache)
+        shown = run_ok(COMPUTE[-1], "scontrol show config")
+        assert re.search(r"SchedulerParameters\s*=\s*max_switch_wait=1799", shown), shown
+        for n in nodes:
+            left = [f for f in FILES_MODE_COPIES if host(n).file(f"/etc/slurm/{f}").exists]
+            assert not left, f"{n}: {left} appeared in /etc/slurm"
+    finally:
+        run_ok(CONTROLLER, f"cp -p /root/slurm.conf.orig {conf} && cp -p /root/topology.conf.orig {topo} "
+                           "&& scontrol reconfigure", "slurmctld")
+        rendered = hashlib.sha256((ARTIFACTS / "slurm/slurm.conf").read_bytes()).hexdigest()
+        wait_for(lambda: (all(_sha(n, f"{CACHE}/slurm.conf") == rendered for n in nodes), None), timeout=60)
