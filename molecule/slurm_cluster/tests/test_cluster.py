@@ -391,12 +391,11 @@ def test_configless_change_reaches_every_node_by_reconfigure():
     """A change to slurm.conf and topology.conf on the controller alone, then `scontrol
     reconfigure`: every slurmd and the login node's sackd fetch it (their caches hold the
     new lines, and a command on a compute node reads it), and nothing is copied to them."""
-    # Lines of the lab's rendered files (inventories/lab/cluster.yaml: max_switch_wait 30
-    # min, 800G links), changed to values nothing else in these tests depends on.
+    # Lines of the variant's rendered files (max_switch_wait 30 min; the blocks variant's
+    # BlockSizes=1,2), changed for the length of this test, while no job runs.
     conf, topo = "/etc/slurm/slurm.conf", "/etc/slurm/topology.conf"
     old_conf, new_conf = "SchedulerParameters=max_switch_wait=1800", "SchedulerParameters=max_switch_wait=1799"
-    old_topo = "SwitchName=spine Switches=su[1-2] LinkSpeed=800"
-    new_topo = "SwitchName=spine Switches=su[1-2] LinkSpeed=799"
+    old_topo, new_topo = "BlockSizes=1,2", "BlockSizes=1"
     nodes = [*COMPUTE, LOGIN]
     run_ok(CONTROLLER, f"cp -p {conf} /root/slurm.conf.orig && cp -p {topo} /root/topology.conf.orig")
     t0 = time.monotonic()
