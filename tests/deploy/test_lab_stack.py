@@ -297,7 +297,7 @@ def _login(*cmd: str, input: str | None = None) -> tuple[subprocess.CompletedPro
     return proc, round(time.monotonic() - t0, 2)
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(420)  # a crashed try waits up to 32 s for its step to end
 def test_pmix_mpi_job_runs_on_4_nodes(stack: dict) -> None:
     """`srun --mpi=pmix -N4 -n8` of an MPI program compiled on the login node with Debian's
     OpenMPI (from the shared /home, which every node sees): 8 ranks, 2 on each compute node,
@@ -318,10 +318,11 @@ def test_pmix_mpi_job_runs_on_4_nodes(stack: dict) -> None:
     # Open MPI 5.0.7 (Debian 13) sometimes segfaults inside MPI_Init on this loaded 2-core
     # machine, in mca_pml_ob1_recv_frag_callback_match (measured: 1 to 8 runs in 20 with any
     # transport setting; open-mpi/ompi#12495 reports the same on real clusters). That crash,
-    # and only that one, gets up to two more tries; the count is printed.
+    # and only that one, gets up to four more tries (CI saw it three times in a row once);
+    # the count is printed.
     crashes = 0
     for label, mpi in (("pmix", ["--mpi=pmix"]), ("default", [])):
-        for _attempt in range(3):
+        for _attempt in range(5):
             proc, secs = _login("env", "OMPI_MCA_btl_tcp_if_include=eth0", "srun", *mpi, "-N4", "-n8",
                                 "/home/railyard-e2e/mpi_hello")
             if proc.returncode == 0 or "mca_pml_ob1_recv_frag_callback_match" not in proc.stderr:
