@@ -9,7 +9,10 @@ this repository, or the directory ``RAILYARD_ROOT`` names.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT_ENV = "RAILYARD_ROOT"
@@ -28,3 +31,15 @@ def project_root() -> Path:
 
 
 ROOT = project_root()
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on *path* (created if missing) for the block: one
+    process at a time on this host, whichever railyard process or test it is."""
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -21,7 +21,6 @@ Every container, network and volume carries ``railyard.cluster=<cluster>`` so
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -35,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from railyard.drivers.base import DriverError, Log, NodeState, PodmanNode, quiet
+from railyard.paths import exclusive_lock
 
 CLUSTER_LABEL = "railyard.cluster"
 NODE_LABEL = "railyard.node"
@@ -149,12 +149,8 @@ def _volume_lock(node: PodmanNode) -> Iterator[None]:
     if not node.volumes:
         yield
         return
-    with open(volume_lock_path(), "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with exclusive_lock(volume_lock_path()):
+        yield
 
 
 def _storage_leftovers(prefix: str) -> list[str]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
-import fcntl
 import glob
 import hashlib
 import inspect
@@ -29,9 +28,11 @@ import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from railyard.paths import exclusive_lock
 
 IMAGE_NAME = "localhost/railyard-node"
 IMAGE_TAG = "13"
@@ -404,14 +405,6 @@ def _require_tools() -> None:
         raise ImageBuildError("building the lab image needs root (debootstrap, rootful podman)")
 
 
-@contextlib.contextmanager
-def _lock() -> Iterator[None]:
-    with open(LOCK_PATH, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 # --------------------------------------------------------------------------- rootfs
@@ -635,7 +628,7 @@ def ensure(force: bool = False, log: Log = _stderr) -> EnsureResult:
     if shutil.which("podman") is None:
         raise ImageBuildError("podman is not installed: run scripts/setup-podman.sh first")
     want = recipe_hash()
-    with _lock():
+    with exclusive_lock(LOCK_PATH):
         info = image_info()
         have = ((info or {}).get("Labels") or {}).get(RECIPE_LABEL) if info else None
         if info and have == want and not force:

@@ -61,7 +61,18 @@ def _node(mgmt: NetworkSpec, rail: NetworkSpec, name: str = "n1", ip: str = "10.
     )
 
 
-def test_nodes_with_volumes_are_created_one_at_a_time(monkeypatch, tmp_path) -> None:
+@pytest.fixture
+def no_containers(monkeypatch):
+    """The driver with nothing on the host: no container exists, each boots at once."""
+    from railyard.drivers import podman as drv
+
+    monkeypatch.setattr(drv, "_inspect", lambda kind, name: None)
+    monkeypatch.setattr(drv.PodmanDriver, "_wait_for_systemd", staticmethod(lambda node, log: None))
+    monkeypatch.setattr(drv.PodmanDriver, "observe", lambda self, node: None)
+    return drv
+
+
+def test_nodes_with_volumes_are_created_one_at_a_time(monkeypatch, tmp_path, no_containers) -> None:
     """podman 4.3 deadlocks when two containers sharing a volume are set up at once
     (podman#20313): ``podman run`` of a node with volumes holds the host-wide lock, one
     without volumes does not wait for it. (Unit level; the parallel test below runs podman.)"""
@@ -84,9 +95,6 @@ def test_nodes_with_volumes_are_created_one_at_a_time(monkeypatch, tmp_path) -> 
         return subprocess.CompletedProcess(args, 0, "", "")
 
     monkeypatch.setattr(drv, "_podman", fake_podman)
-    monkeypatch.setattr(drv, "_inspect", lambda kind, name: None)
-    monkeypatch.setattr(drv.PodmanDriver, "_wait_for_systemd", staticmethod(lambda node, log: None))
-    monkeypatch.setattr(drv.PodmanDriver, "observe", lambda self, node: None)
     base = PodmanNode(name="a", cluster="c", address="10.0.0.5", container="c-a", image="img", attachments=())
     from dataclasses import replace
 
@@ -95,7 +103,7 @@ def test_nodes_with_volumes_are_created_one_at_a_time(monkeypatch, tmp_path) -> 
     assert held == {"c-a": True, "c-b": False}
 
 
-def test_a_half_created_container_is_removed_and_the_run_repeated(monkeypatch) -> None:
+def test_a_half_created_container_is_removed_and_the_run_repeated(monkeypatch, no_containers) -> None:
     """A podman run killed half-way (its timeout, a deadlock) leaves a container in storage
     that ``podman ps`` does not list but whose name is taken: the next run removes it
     (``rm --storage``) and runs again. Unit level: such leftovers cannot be made on purpose."""
@@ -115,9 +123,6 @@ def test_a_half_created_container_is_removed_and_the_run_repeated(monkeypatch) -
         return subprocess.CompletedProcess(args, 0, "", "")
 
     monkeypatch.setattr(drv, "_podman", fake_podman)
-    monkeypatch.setattr(drv, "_inspect", lambda kind, name: None)
-    monkeypatch.setattr(drv.PodmanDriver, "_wait_for_systemd", staticmethod(lambda node, log: None))
-    monkeypatch.setattr(drv.PodmanDriver, "observe", lambda self, node: None)
     node = PodmanNode(name="a", cluster="c", address="10.0.0.5", container="c-a", image="img", attachments=())
     drv.PodmanDriver().ensure_up(node)
     assert [c[0] for c in calls if c[0] in ("run", "rm")] == ["run", "rm", "run"]
