@@ -39,7 +39,7 @@ from railyard.drivers.podman import cleanup, labelled
 from railyard.load import load_plan
 from railyard.render import render
 from tests.conftest import LAB, ROOT
-from tests.support import faults
+from tests.support import faults, pyxis
 from tests.support.topology import expected_topology, observed_topology
 
 pytestmark = [pytest.mark.e2e, pytest.mark.podman]
@@ -345,7 +345,6 @@ def test_pmix_mpi_job_runs_on_4_nodes(stack: dict) -> None:
 # The Enroot image scripts/build-container-image.sh builds offline (bootstrap's vendor step)
 # from Debian's busybox-static; no registry serves images here. `make lab` copies it to the
 # shared storage as this test does.
-CONTAINER_IMAGE = Path(os.environ.get("RAILYARD_IMAGES_DIR", "/var/cache/railyard/images")) / "busybox.sqsh"
 SHARED_IMAGE = "/shared/images/busybox.sqsh"
 
 
@@ -353,43 +352,20 @@ SHARED_IMAGE = "/shared/images/busybox.sqsh"
 def test_pyxis_runs_real_containers_on_4_nodes(stack: dict) -> None:
     """srun --container-image with a squashfs on the shared storage: Pyxis (built against
     this Slurm 24.11) has Enroot start the image on all 4 compute nodes; --container-mounts
-    brings the shared /home in; a named container keeps its files between the steps of a
-    job and, with container_scope=global, for the next job on that node, which then
-    starts without unpacking the image again."""
-    assert CONTAINER_IMAGE.is_file(), f"{CONTAINER_IMAGE} is missing: run scripts/build-container-image.sh"
+    brings the shared /home (written on the login node) in; a named container keeps its
+    files between the steps of a job and, with container_scope=global, for the next job on
+    that node, which then starts without unpacking the image again (tests/support/pyxis.py;
+    molecule/slurm_cluster runs the same checks on the roles' cluster)."""
+    assert pyxis.BUILT_IMAGE.is_file(), f"{pyxis.BUILT_IMAGE} is missing: run scripts/build-container-image.sh"
     _podman("exec", "railyard-lab-login1", "mkdir", "-p", "/shared/images")
-    _podman("cp", str(CONTAINER_IMAGE), f"railyard-lab-login1:{SHARED_IMAGE}")
-    image = f"--container-image={SHARED_IMAGE}"
-    # in the container on every node: the image's os-release, not the node's Debian
-    proc, t_container = _login("srun", "-N4", image, "sh", "-c", 'echo "$(hostname) $(. /etc/os-release; echo $ID)"')
-    assert proc.returncode == 0, proc.stderr
-    assert sorted(proc.stdout.split("\n")[:-1]) == [f"gpu00{i} railyard-busybox" for i in range(1, 5)], proc.stdout
-    plain, t_plain = _login("srun", "-N4", "sh", "-c", 'echo "$(hostname) $(. /etc/os-release; echo $ID)"')
-    assert sorted(plain.stdout.split("\n")[:-1]) == [f"gpu00{i} debian" for i in range(1, 5)], plain.stdout
-    # the shared /home, written on the login node, read inside the container on 4 nodes
+    _podman("cp", str(pyxis.BUILT_IMAGE), f"railyard-lab-login1:{SHARED_IMAGE}")
+    lab = pyxis.Cluster(login="railyard-lab-login1", compute=[f"gpu00{i}" for i in range(1, 5)],
+                        container=lambda node: f"railyard-{CLUSTER}-{node}", image=SHARED_IMAGE)
+    t_container, t_plain = pyxis.runs_on_every_node(lab)
     token = f"railyard-{os.getpid()}-{time.monotonic_ns()}"
-    _login("bash", "-c", f"mkdir -p /home/railyard-e2e && echo {token} > /home/railyard-e2e/token")
-    proc, _ = _login("srun", "-N4", image, "--container-mounts=/home:/home", "cat", "/home/railyard-e2e/token")
-    assert proc.returncode == 0 and proc.stdout.split() == [token] * 4, (proc.stdout, proc.stderr)
-    without, _ = _login("srun", "-N1", image, "cat", "/home/railyard-e2e/token")
-    assert without.returncode != 0, "without --container-mounts the container must not see /home's files"
-    # a named container within one job: the second step sees what the first wrote, without the image
-    name = f"e2e{os.getpid()}"
-    job = (f"srun --container-name={name} {image} --container-writable sh -c 'echo kept > /kept' && "
-           f"srun --container-name={name} cat /kept")
-    proc, _ = _login("salloc", "-N1", "-w", "gpu001", "sh", "-c", job)
-    assert proc.returncode == 0 and proc.stdout.split() == ["kept"], (proc.stdout, proc.stderr)
-    # the next job on that node reuses it (container_scope=global): no unpacking of the image
-    proc, _ = _login("srun", "-N1", "-w", "gpu001", f"--container-name={name}", image,
-                     "sh", "-c", 'cat /kept; echo "$SLURM_JOB_ID"')
-    assert proc.returncode == 0 and proc.stdout.split()[0] == "kept", (proc.stdout, proc.stderr)
-    # Pyxis says what it did in slurmd's log on the node (slurmstepd's messages go there)
-    step = f"[{proc.stdout.split()[1]}.0] pyxis:"
-    said = [line.split(step, 1)[1].strip() for line in
-            _podman("exec", "railyard-lab-gpu001", "cat", "/var/log/slurm/slurmd.log").stdout.splitlines() if step in line]
-    assert "reusing existing container filesystem" in said, said
-    assert not any(s.startswith("creating container filesystem") for s in said), said
-    _login("srun", "-N1", "-w", "gpu001", "enroot", "remove", "-f", f"pyxis_{name}")
+    _login("bash", "-c", f"mkdir -p /home/railyard-pyxis && echo {token} > /home/railyard-pyxis/token")
+    pyxis.mounts_bring_home_in(lab, token)
+    pyxis.named_container_persists_and_is_reused(lab, f"e2e{os.getpid()}")
     TIMES.update(srun_n4_container_s=t_container, srun_n4_plain_sh_s=t_plain)
     print(f"\nsrun -N4 in a container: {t_container} s; the same without: {t_plain} s (podman exec included)")
 
