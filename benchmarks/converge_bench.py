@@ -13,7 +13,8 @@ and destroys the containers.  Targets (issue 3, image cached, packages from the 
 mirror): first converge <= 120 s, second <= 30 s.
 
 Ablations (what each speed measure buys): ``--no-pipelining`` uses containers.podman's
-stock connection (no pipelining), ``--linear`` the linear strategy instead of free.
+stock connection (no pipelining), ``--linear`` Ansible's linear strategy (without Mitogen)
+instead of mitogen_free, the strategy `railyard up` uses.
 """
 
 from __future__ import annotations
@@ -71,8 +72,14 @@ def scenario(size: int, linear: bool, pipelining: bool) -> tuple[Path, str, dict
     }
     (sdir / "molecule.yml").write_text("---\n" + yaml.safe_dump(config, sort_keys=False))
     converge = (ROOT / "molecule/slurm_cluster/converge.yml").read_text()
+    # the copy lives elsewhere: the lab spec by its absolute path, and each edit must apply
+    edits = {"playbook_dir ~ '/../../inventories/lab/cluster.yaml'": f"'{ROOT / 'inventories/lab/cluster.yaml'}'"}
     if linear:
-        converge = converge.replace("strategy: free", "strategy: linear")
+        edits["strategy: mitogen_free"] = "strategy: linear"
+    for old, new in edits.items():
+        if old not in converge:
+            raise SystemExit(f"molecule/slurm_cluster/converge.yml no longer has {old!r}: update this bench")
+        converge = converge.replace(old, new)
     (sdir / "converge.yml").write_text(converge)
     env = {
         **os.environ,
@@ -91,8 +98,10 @@ def molecule(cmd: str, cwd: Path, name: str, env: dict[str, str], *extra: str) -
     proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, check=False)
     took = time.monotonic() - start
     out = proc.stdout + proc.stderr
-    if proc.returncode != 0:
-        print("\n".join(out.splitlines()[-60:]), file=sys.stderr)
+    if proc.returncode != 0:  # the failed tasks first: -vvv's tail is the timing table
+        lines = out.splitlines()
+        first = next((i for i, line in enumerate(lines) if "FAILED!" in line), len(lines))
+        print("\n".join([*lines[first:first + 40], "...", *lines[-20:]]), file=sys.stderr)
         raise SystemExit(f"molecule {cmd} -s {name} failed ({proc.returncode})")
     return took, out
 
@@ -131,7 +140,7 @@ def main() -> int:
     if reason:
         print(f"skipped: {reason}")
         return 0
-    mode = ("linear" if args.linear else "free") + (", no pipelining" if args.no_pipelining else ", pipelining")
+    mode = ("linear" if args.linear else "mitogen_free") + (", no pipelining" if args.no_pipelining else ", pipelining")
     load = os.getloadavg()[0]
     print(f"slurm_cluster converge ({mode}); {os.cpu_count()} CPUs, load average {load:.1f} at start")
     print(f"{'compute':>7} {'hosts':>5} {'create':>8} {'1st':>8} {'2nd':>8} {'changed 1st/2nd':>16}"
