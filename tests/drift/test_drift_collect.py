@@ -175,6 +175,70 @@ def test_expected_units_sackd_on_login_nodes_in_configless_mode(lab, delivery, l
     assert units["gpu001"] == (("slurmd.service", "active", "slurm_compute"),)  # in both modes
 
 
+def _with_agent(monkeypatch, agent):
+    """The worker agent is the plan's (the lab runs kubelets, other specs KWOK); a test
+    pins each."""
+    from railyard.apply import playbooks
+
+    monkeypatch.setattr(playbooks, "k8s_worker_agent", lambda _plan: agent)
+
+
+LAB_MOUNTS = (("shared.mount", "enabled", "nfs_client"), ("home.mount", "enabled", "nfs_client"))
+LAB_UNITS = {  # the lab, every role that keeps a unit, configless, real kubelets: written out
+    "ctl1": (("munge.service", "active", "munge"), ("slurmctld.service", "active", "slurm_controller"), *LAB_MOUNTS),
+    "login1": (("munge.service", "active", "munge"), ("sackd.service", "active", "slurm_login"), *LAB_MOUNTS),
+    **{f"gpu00{i}": (("munge.service", "active", "munge"), ("slurmd.service", "active", "slurm_compute"), *LAB_MOUNTS)
+       for i in range(1, 5)},
+    "kcp1": (("etcd.service", "active", "k8s_control_plane"), ("kube-apiserver.service", "active", "k8s_control_plane"),
+             ("kube-controller-manager.service", "active", "k8s_control_plane"),
+             ("kube-scheduler.service", "active", "k8s_control_plane"), ("kueue.service", "active", "kueue"),
+             ("vc-scheduler.service", "active", "volcano"), ("vc-controller-manager.service", "active", "volcano"),
+             *LAB_MOUNTS),
+    **{f"kw{i}": (("containerd.service", "active", "k8s_worker"), ("kubelet.service", "active", "k8s_worker"),
+                  *LAB_MOUNTS) for i in (1, 2)},
+}
+
+
+@pytest.mark.parametrize(("delivery", "agent"), [
+    ("configless", "kubelet"), ("files", "kubelet"), ("configless", "kwok"), ("files", "kwok")])
+def test_expected_units_of_the_lab_written_out(lab, monkeypatch, delivery, agent):
+    _with_agent(monkeypatch, agent)
+    lab["partitions"]["slurm"]["config_delivery"] = delivery
+    plan = loads_plan(yaml.safe_dump(lab), "t.yaml")
+    want = dict(LAB_UNITS)
+    if delivery == "files":  # no daemon on a files-mode login node
+        want["login1"] = (("munge.service", "active", "munge"), *LAB_MOUNTS)
+    if agent == "kwok":
+        want |= {f"kw{i}": (("kwok.service", "active", "k8s_worker"), *LAB_MOUNTS) for i in (1, 2)}
+    assert expected_units(plan, C.UNIT_ROLES) == want
+
+
+@pytest.mark.parametrize("case", sorted(json.loads((FIX / "nodes" / "expected_units.json").read_text())))
+def test_expected_units_of_the_example_specs_as_recorded(monkeypatch, case):
+    """fixtures/nodes/expected_units.json: every inventories/*/cluster.yaml in both config
+    deliveries and with both worker agents, as expected_units gave them when its unit names
+    were still written in Python (hosts folded where their units are the same)."""
+    from railyard.hostlist import expand
+    from tests.conftest import ROOT
+
+    name, delivery, agent = case.split("/")
+    doc = yaml.safe_load((ROOT / "inventories" / name / "cluster.yaml").read_text())
+    doc["partitions"]["slurm"]["config_delivery"] = delivery
+    _with_agent(monkeypatch, agent)
+    plan = loads_plan(yaml.safe_dump(doc), "t.yaml")
+    recorded = json.loads((FIX / "nodes" / "expected_units.json").read_text())[case]
+    want = {h: tuple(map(tuple, units)) for hosts, units in recorded.items() for h in expand(hosts)}
+    assert expected_units(plan, C.UNIT_ROLES) == want
+
+
+def test_expected_units_fixture_covers_every_example():
+    from tests.conftest import EXAMPLES
+
+    cases = json.loads((FIX / "nodes" / "expected_units.json").read_text())
+    assert sorted(cases) == sorted(f"{p.parent.name}/{d}/{a}" for p in EXAMPLES
+                                   for d in ("configless", "files") for a in ("kubelet", "kwok"))
+
+
 WANTED = (("munge.service", "active"), ("slurmd.service", "active"), ("shared.mount", "enabled"))
 
 
