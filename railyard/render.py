@@ -107,6 +107,19 @@ def _topology_yaml(plan: Plan) -> str:
     return _header(plan) + "\n" + dump_yaml(topologies)
 
 
+# Every Slurm configuration file railyard renders into slurm/, in the order the Slurm roles
+# copy them. The roles keep the same list as a literal default (slurm_controller_config_files,
+# slurm_compute_config_files, slurm_login_config_files: Ansible alone can use them), and
+# tests/test_compiler.py fails when one differs. A plan gets slurm.conf, gres.conf and
+# cgroup.conf, and topology.conf (tree, block) or topology.yaml (yaml) or neither (flat).
+SLURM_CONFIG_FILES = ("slurm.conf", "topology.conf", "topology.yaml", "gres.conf", "cgroup.conf")
+
+
+def slurm_config_files(artifacts: dict[str, str]) -> tuple[str, ...]:
+    """The SLURM_CONFIG_FILES a render wrote (names under slurm/), in that order."""
+    return tuple(n for n in SLURM_CONFIG_FILES if f"slurm/{n}" in artifacts)
+
+
 def _slurm(plan: Plan, out: dict[str, str]) -> None:
     s = plan.slurm
     if s is None:
@@ -119,13 +132,16 @@ def _slurm(plan: Plan, out: dict[str, str]) -> None:
         "v2405": version_at_least(s.version, "24.05"),
         "link_speed": plan.fabric.link_speed.rstrip("G") if plan.fabric else "",
     }
-    out["slurm/slurm.conf"] = _template("slurm/slurm.conf.j2", **values)
+    conf = {"slurm.conf": _template("slurm/slurm.conf.j2", **values)}
     if s.topology_format in ("tree", "block"):
-        out["slurm/topology.conf"] = _template("slurm/topology.conf.j2", **values)
+        conf["topology.conf"] = _template("slurm/topology.conf.j2", **values)
     elif s.topology_format == "yaml":
-        out["slurm/topology.yaml"] = _topology_yaml(plan)
-    out["slurm/gres.conf"] = _template("slurm/gres.conf.j2", **values)
-    out["slurm/cgroup.conf"] = _template("slurm/cgroup.conf.j2", **values)
+        conf["topology.yaml"] = _topology_yaml(plan)
+    conf["gres.conf"] = _template("slurm/gres.conf.j2", **values)
+    conf["cgroup.conf"] = _template("slurm/cgroup.conf.j2", **values)
+    if set(conf) - set(SLURM_CONFIG_FILES):  # the roles would not copy it
+        raise RenderRefused(f"slurm/{sorted(set(conf) - set(SLURM_CONFIG_FILES))} is not in SLURM_CONFIG_FILES")
+    out.update({f"slurm/{name}": conf[name] for name in SLURM_CONFIG_FILES if name in conf})
     if s.settings.pyxis.enabled:
         out["slurm/plugstack.conf.d/pyxis.conf"] = _template(
             "slurm/pyxis.conf.j2", header=_header(plan), p=s.settings.pyxis
