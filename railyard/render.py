@@ -132,16 +132,13 @@ def _slurm(plan: Plan, out: dict[str, str]) -> None:
         "v2405": version_at_least(s.version, "24.05"),
         "link_speed": plan.fabric.link_speed.rstrip("G") if plan.fabric else "",
     }
-    conf = {"slurm.conf": _template("slurm/slurm.conf.j2", **values)}
+    out["slurm/slurm.conf"] = _template("slurm/slurm.conf.j2", **values)
     if s.topology_format in ("tree", "block"):
-        conf["topology.conf"] = _template("slurm/topology.conf.j2", **values)
+        out["slurm/topology.conf"] = _template("slurm/topology.conf.j2", **values)
     elif s.topology_format == "yaml":
-        conf["topology.yaml"] = _topology_yaml(plan)
-    conf["gres.conf"] = _template("slurm/gres.conf.j2", **values)
-    conf["cgroup.conf"] = _template("slurm/cgroup.conf.j2", **values)
-    if set(conf) - set(SLURM_CONFIG_FILES):  # the roles would not copy it
-        raise RenderRefused(f"slurm/{sorted(set(conf) - set(SLURM_CONFIG_FILES))} is not in SLURM_CONFIG_FILES")
-    out.update({f"slurm/{name}": conf[name] for name in SLURM_CONFIG_FILES if name in conf})
+        out["slurm/topology.yaml"] = _topology_yaml(plan)
+    out["slurm/gres.conf"] = _template("slurm/gres.conf.j2", **values)
+    out["slurm/cgroup.conf"] = _template("slurm/cgroup.conf.j2", **values)
     if s.settings.pyxis.enabled:
         out["slurm/plugstack.conf.d/pyxis.conf"] = _template(
             "slurm/pyxis.conf.j2", header=_header(plan), p=s.settings.pyxis
