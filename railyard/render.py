@@ -107,6 +107,19 @@ def _topology_yaml(plan: Plan) -> str:
     return _header(plan) + "\n" + dump_yaml(topologies)
 
 
+# Every Slurm configuration file railyard renders into slurm/, in the order the Slurm roles
+# copy them. The roles keep the same list as a literal default (slurm_controller_config_files,
+# slurm_compute_config_files, slurm_login_config_files: Ansible alone can use them), and
+# tests/test_compiler.py fails when one differs. A plan gets slurm.conf, gres.conf and
+# cgroup.conf, and topology.conf (tree, block) or topology.yaml (yaml) or neither (flat).
+SLURM_CONFIG_FILES = ("slurm.conf", "topology.conf", "topology.yaml", "gres.conf", "cgroup.conf")
+
+
+def slurm_config_files(artifacts: dict[str, str]) -> tuple[str, ...]:
+    """The SLURM_CONFIG_FILES a render wrote (names under slurm/), in that order."""
+    return tuple(n for n in SLURM_CONFIG_FILES if f"slurm/{n}" in artifacts)
+
+
 def _slurm(plan: Plan, out: dict[str, str]) -> None:
     s = plan.slurm
     if s is None:

@@ -13,7 +13,7 @@ import yaml
 from railyard.compiler.storage import systemd_escape_path
 from railyard.hostlist import expand
 from railyard.load import load_plan, loads_plan
-from railyard.render import render
+from railyard.render import SLURM_CONFIG_FILES, render, slurm_config_files
 from tests.conftest import EXAMPLES, ROOT
 
 PLANS = {p.parent.name: load_plan(p) for p in EXAMPLES}
@@ -190,6 +190,25 @@ def test_lab_slurm_artifacts(lab_plan):
     assert art["slurm/plugstack.conf.d/pyxis.conf"].splitlines()[-1] == (
         "required /usr/lib/x86_64-linux-gnu/slurm/spank_pyxis.so runtime_path=/run/pyxis "
         "execute_entrypoint=0 container_scope=global sbatch_support=1")
+
+
+@pytest.mark.parametrize("role", ["slurm_controller", "slurm_compute", "slurm_login"])
+def test_slurm_roles_copy_every_file_the_render_can_write(role):
+    """The roles keep the list as a literal default (usable by Ansible alone); it must be
+    render.SLURM_CONFIG_FILES, order included (argument_specs.yml repeats the default:
+    tests/test_role_specs.py)."""
+    from railyard.apply import roles
+
+    assert roles.default(ROOT, role, f"{role}_config_files") == list(SLURM_CONFIG_FILES)
+
+
+@pytest.mark.parametrize("name", sorted(PLANS))
+def test_slurm_config_files_are_the_rendered_top_of_slurm(name):
+    art = render(PLANS[name])
+    top = tuple(sorted(k.removeprefix("slurm/") for k in art if k.startswith("slurm/") and k.count("/") == 1))
+    assert sorted(slurm_config_files(art)) == list(top)
+    assert {"slurm.conf", "gres.conf", "cgroup.conf"} <= set(top)
+    assert len({"topology.conf", "topology.yaml"} & set(top)) == 1  # tree/block, or yaml
 
 
 def test_storage_artifacts(lab_plan):

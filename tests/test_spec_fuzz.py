@@ -37,6 +37,7 @@ from hypothesis.errors import InvalidArgument
 
 from railyard import cli, exitcodes
 from railyard.fieldtypes import EXPORT_FLAGS, EXPORT_VALUES, label_problem
+from railyard.render import SLURM_CONFIG_FILES
 from tests.conftest import ROOT
 
 BASES = {name: (ROOT / "inventories" / name / "cluster.yaml") for name in ("lab", "dgx-h100")}
@@ -202,7 +203,7 @@ def check(data: bytes) -> None:
 # ---------------------------------------------------------------- each format's parser
 
 _KEY_VALUE = re.compile(r"^[A-Za-z][A-Za-z0-9]*=[^\s=#][^\s#]*$")
-_SLURM_LIKE = ("slurm/slurm.conf", "slurm/gres.conf", "slurm/topology.conf", "slurm/cgroup.conf")
+_SLURM_LIKE = tuple(f"slurm/{n}" for n in SLURM_CONFIG_FILES if n.endswith(".conf"))
 
 
 def parse_key_value(text: str, name: str) -> list[dict[str, str]]:

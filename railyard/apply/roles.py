@@ -4,6 +4,8 @@ does not read). Deploy and drift take role facts from here instead of restating 
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,10 @@ def defaults(root: Path, role: str) -> dict[str, Any]:
     return _load(root / "roles" / role / "defaults" / "main.yml")
 
 
+def role_vars(root: Path, role: str) -> dict[str, Any]:
+    return _load(root / "roles" / role / "vars" / "main.yml")
+
+
 def facts(root: Path, role: str) -> dict[str, Any]:
     return _load(root / "roles" / role / "meta" / "railyard.yml")
 
@@ -34,3 +40,76 @@ def default(root: Path, role: str, name: str) -> Any:
     if name not in values:
         raise KeyError(f"roles/{role}/defaults/main.yml has no {name}")
     return values[name]
+
+
+# ``{{ other | default('value') }}``: the one template a role variable may hold for railyard
+# to read it (a default that follows one of railyard's inventory variables).
+_FOLLOWS = re.compile(r"^\{\{\s*(\w+)\s*\|\s*default\('([^'{}]*)'\)\s*\}\}$")
+_MISSING = object()
+
+
+def lookup(root: Path, role: str, name: str, extravars: Mapping[str, Any], inventory: Mapping[str, Any]) -> Any:
+    """A role variable as Ansible would see it, in Ansible's order: railyard's extravars,
+    the role's ``vars/``, the inventory (host, then cluster variables), the role's
+    ``defaults/``. ``a.b`` is key ``b`` of ``a``. A KeyError when it is not set; a
+    ValueError when its value is a template other than ``{{ x | default('v') }}``."""
+    head, *keys = name.split(".")
+    value: Any = _MISSING
+    for layer in (extravars, role_vars(root, role), inventory, defaults(root, role)):
+        if head in layer:
+            value = layer[head]
+            break
+    if value is _MISSING:
+        raise KeyError(f"role {role}: {head} is set nowhere railyard can see (extravars, vars/, inventory, defaults/)")
+    if isinstance(value, str) and "{{" in value:
+        m = _FOLLOWS.match(value.strip())
+        if m is None:
+            raise ValueError(f"role {role}: {head} is a template railyard cannot read without Ansible: {value!r}")
+        try:
+            value = lookup(root, role, m[1], extravars, inventory)
+        except KeyError:
+            value = m[2]
+    for key in keys:
+        if not isinstance(value, Mapping) or key not in value:
+            raise KeyError(f"role {role}: {name} is not set ({head} has no {key})")
+        value = value[key]
+    return value
+
+
+WANTS = ("active", "enabled")
+UNIT_TYPES = ("service", "mount", "automount", "socket", "timer", "path", "target", "swap", "slice", "scope", "device")
+
+
+def unit_name(name: str) -> str:
+    """What ``systemctl`` calls a unit: a name without a type is a .service."""
+    return name if name.rpartition(".")[2] in UNIT_TYPES and "." in name else f"{name}.service"
+
+
+def units(root: Path, role: str, extravars: Mapping[str, Any], inventory: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """(unit, want) for each unit the role keeps on a host whose variables are
+    ``extravars`` and ``inventory`` (see :func:`lookup`), from ``meta/railyard.yml``'s
+    ``units``. Each entry: ``unit`` (a name or a list) or ``var`` (a role variable holding
+    a name, a list of names, or a list of mappings with a ``name``); ``want``: ``active``
+    or ``enabled``; ``when`` (optional): variable -> the value it must have."""
+    where = f"roles/{role}/meta/railyard.yml"
+    entries = facts(root, role).get("units") or []
+    if not isinstance(entries, list):
+        raise TypeError(f"{where}: units must be a list")
+    out: list[tuple[str, str]] = []
+    for i, e in enumerate(entries):
+        if not isinstance(e, dict) or set(e) - {"unit", "var", "want", "when"} or ("unit" in e) == ("var" in e):
+            raise ValueError(f"{where}: units[{i}] needs unit or var (one of them), want, and may have when: {e!r}")
+        if e.get("want") not in WANTS:
+            raise ValueError(f"{where}: units[{i}].want must be one of {', '.join(WANTS)}, not {e.get('want')!r}")
+        when = e.get("when") or {}
+        if not isinstance(when, dict):
+            raise TypeError(f"{where}: units[{i}].when must map variables to values")
+        if any(lookup(root, role, var, extravars, inventory) != value for var, value in when.items()):
+            continue
+        names = e["unit"] if "unit" in e else lookup(root, role, e["var"], extravars, inventory)
+        for n in names if isinstance(names, list) else [names]:
+            n = n.get("name") if isinstance(n, dict) else n
+            if not isinstance(n, str) or not n or "{{" in n:
+                raise ValueError(f"{where}: units[{i}] names no unit: {n!r}")
+            out.append((unit_name(n), e["want"]))
+    return tuple(out)

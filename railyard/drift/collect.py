@@ -136,60 +136,45 @@ def role_exists(root: Path, role: str) -> bool:
     return (root / "roles" / role / "tasks" / "main.yml").is_file()
 
 
-# The roles whose systemd units the nodes layer checks (expected_units says which).
-UNIT_ROLES = ("munge", "slurm_controller", "slurm_compute", "slurm_login", "nfs_client", "k8s_control_plane", "k8s_worker",
-              "kueue", "volcano")
+def unit_roles(root: Path = ROOT) -> list[str]:
+    """The roles, in STEPS order, that exist and keep systemd units (``units`` in their
+    ``meta/railyard.yml``): the ones whose units the nodes layer checks."""
+    from railyard.apply import roles
+    from railyard.apply.playbooks import STEPS
+
+    return [s.role for s in STEPS if role_exists(root, s.role) and roles.facts(root, s.role).get("units")]
 
 
-def expected_units(plan: Plan, roles: Sequence[str]) -> dict[str, tuple[tuple[str, str, str], ...]]:
+def expected_units(plan: Plan, roles: Sequence[str], root: Path = ROOT) -> dict[str, tuple[tuple[str, str, str], ...]]:
     """host -> ((unit, want, role), ...): what the given (existing) roles keep on each host.
 
-    ``want`` is ``active`` for daemons the roles start and enable, ``enabled`` for NFS
-    mount units: the nfs_client role always installs and enables them but mounts only
-    where the kernel has an NFS client (the lab's does not). Left out: units whose names
-    a role picks at run time (kernel nfsd or nfs-ganesha) and Lustre mounts (the lab has
-    no Lustre server to mount from).
+    What a role keeps is the role's fact (``units`` in its ``meta/railyard.yml``, read with
+    the variables the plan gives it); where it runs is the plan's (its Step's group). Per
+    host: the units kept active, in STEPS order, then those kept enabled; a unit two roles
+    name counts once, for the first. ``enabled`` is for NFS mount units: nfs_client always
+    installs and enables them but mounts only where the kernel has an NFS client (the lab's
+    does not). Left out: units whose names a role picks at run time (kernel nfsd or
+    nfs-ganesha) and Lustre mounts (the lab has no Lustre server to mount from).
     """
-    from railyard.apply.playbooks import group_hosts
+    from collections import ChainMap
 
+    from railyard.apply import roles as role_facts
+    from railyard.apply.playbooks import ROLE_VARS, STEPS, group_hosts
+    from railyard.compiler.inventory import cluster_vars
+
+    everywhere = cluster_vars(plan)
     units: dict[str, list[tuple[str, str, str]]] = {}
-
-    def add(hosts: Sequence[str], unit: str, want: str, role: str) -> None:
-        for h in hosts:
+    for step in STEPS:
+        if step.role not in roles:
+            continue
+        extravars = ROLE_VARS.get(step.role, lambda _p: {})(plan)
+        for h in group_hosts(plan, step.group):
+            inventory = ChainMap(plan.inventory.hostvars[h], everywhere)
             mine = units.setdefault(h, [])
-            if all(u[0] != unit for u in mine):
-                mine.append((unit, want, role))
-
-    if plan.slurm is not None:
-        if "munge" in roles:
-            add(group_hosts(plan, "slurm"), "munge.service", "active", "munge")
-        if "slurm_controller" in roles:
-            add(plan.slurm.controllers, "slurmctld.service", "active", "slurm_controller")
-        if "slurm_compute" in roles:
-            add(plan.slurm.compute, "slurmd.service", "active", "slurm_compute")
-        # configless: login nodes run sackd, which keeps the configuration their commands read
-        if "slurm_login" in roles and plan.slurm.config_delivery == "configless":
-            add(plan.slurm.login, "sackd.service", "active", "slurm_login")
-    if plan.kubernetes is not None:
-        cp, workers = plan.kubernetes.control_plane, plan.kubernetes.workers
-        if "k8s_control_plane" in roles:
-            for unit in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"):
-                add(cp, f"{unit}.service", "active", "k8s_control_plane")
-        if "kueue" in roles:
-            add(cp, "kueue.service", "active", "kueue")
-        if "volcano" in roles:
-            for unit in ("vc-scheduler", "vc-controller-manager"):
-                add(cp, f"{unit}.service", "active", "volcano")
-        if "k8s_worker" in roles:  # the role's node agent
-            from railyard.apply.playbooks import k8s_worker_agent
-
-            for unit in ("containerd", "kubelet") if k8s_worker_agent(plan) == "kubelet" else ("kwok",):
-                add(workers, f"{unit}.service", "active", "k8s_worker")
-    if "nfs_client" in roles:
-        for m in plan.storage.mounts:
-            if m.type == "nfs":
-                add(m.clients, m.unit, "enabled", "nfs_client")
-    return {h: tuple(u) for h, u in units.items()}
+            for unit, want in role_facts.units(root, step.role, extravars, inventory):
+                if all(u[0] != unit for u in mine):
+                    mine.append((unit, want, step.role))
+    return {h: tuple(sorted(u, key=lambda x: x[1] != "active")) for h, u in units.items() if u}
 
 
 SHOW_PROPERTIES = "Id,LoadState,ActiveState,SubState,UnitFileState"
@@ -312,8 +297,7 @@ def _with_bmc_password(node: Node, spec: Any) -> Any:
 
 def collect_nodes(plan: Plan, runner: Runner, *, root: Path = ROOT, timeouts: Timeouts = Timeouts(),
                   workers: int = 8) -> NodesObservation:
-    roles = [r for r in UNIT_ROLES if role_exists(root, r)]
-    units = expected_units(plan, roles)
+    units = expected_units(plan, unit_roles(root), root)
     names = [n.name for n in plan.nodes]
     out: dict[str, NodeObservation] = {}
     pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(names))))

@@ -175,6 +175,144 @@ def test_expected_units_sackd_on_login_nodes_in_configless_mode(lab, delivery, l
     assert units["gpu001"] == (("slurmd.service", "active", "slurm_compute"),)  # in both modes
 
 
+def _with_agent(monkeypatch, agent):
+    """The worker agent is the plan's (the lab runs kubelets, other specs KWOK); a test
+    pins each."""
+    from railyard.apply import playbooks
+
+    monkeypatch.setattr(playbooks, "k8s_worker_agent", lambda _plan: agent)
+
+
+LAB_MOUNTS = (("shared.mount", "enabled", "nfs_client"), ("home.mount", "enabled", "nfs_client"))
+LAB_UNITS = {  # the lab, every role that keeps a unit, configless, real kubelets: written out
+    "ctl1": (("munge.service", "active", "munge"), ("slurmctld.service", "active", "slurm_controller"), *LAB_MOUNTS),
+    "login1": (("munge.service", "active", "munge"), ("sackd.service", "active", "slurm_login"), *LAB_MOUNTS),
+    **{f"gpu00{i}": (("munge.service", "active", "munge"), ("slurmd.service", "active", "slurm_compute"), *LAB_MOUNTS)
+       for i in range(1, 5)},
+    "kcp1": (("etcd.service", "active", "k8s_control_plane"), ("kube-apiserver.service", "active", "k8s_control_plane"),
+             ("kube-controller-manager.service", "active", "k8s_control_plane"),
+             ("kube-scheduler.service", "active", "k8s_control_plane"), ("kueue.service", "active", "kueue"),
+             ("vc-scheduler.service", "active", "volcano"), ("vc-controller-manager.service", "active", "volcano"),
+             *LAB_MOUNTS),
+    **{f"kw{i}": (("containerd.service", "active", "k8s_worker"), ("kubelet.service", "active", "k8s_worker"),
+                  *LAB_MOUNTS) for i in (1, 2)},
+}
+
+
+@pytest.mark.parametrize(("delivery", "agent"), [
+    ("configless", "kubelet"), ("files", "kubelet"), ("configless", "kwok"), ("files", "kwok")])
+def test_expected_units_of_the_lab_written_out(lab, monkeypatch, delivery, agent):
+    _with_agent(monkeypatch, agent)
+    lab["partitions"]["slurm"]["config_delivery"] = delivery
+    plan = loads_plan(yaml.safe_dump(lab), "t.yaml")
+    want = dict(LAB_UNITS)
+    if delivery == "files":  # no daemon on a files-mode login node
+        want["login1"] = (("munge.service", "active", "munge"), *LAB_MOUNTS)
+    if agent == "kwok":
+        want |= {f"kw{i}": (("kwok.service", "active", "k8s_worker"), *LAB_MOUNTS) for i in (1, 2)}
+    assert expected_units(plan, C.unit_roles()) == want
+
+
+@pytest.mark.parametrize("case", sorted(json.loads((FIX / "nodes" / "expected_units.json").read_text())))
+def test_expected_units_of_the_example_specs_as_recorded(monkeypatch, case):
+    """fixtures/nodes/expected_units.json: every inventories/*/cluster.yaml in both config
+    deliveries and with both worker agents, as expected_units gave them when its unit names
+    were still written in Python (hosts folded where their units are the same)."""
+    from railyard.hostlist import expand
+    from tests.conftest import ROOT
+
+    name, delivery, agent = case.split("/")
+    doc = yaml.safe_load((ROOT / "inventories" / name / "cluster.yaml").read_text())
+    doc["partitions"]["slurm"]["config_delivery"] = delivery
+    _with_agent(monkeypatch, agent)
+    plan = loads_plan(yaml.safe_dump(doc), "t.yaml")
+    recorded = json.loads((FIX / "nodes" / "expected_units.json").read_text())[case]
+    want = {h: tuple(map(tuple, units)) for hosts, units in recorded.items() for h in expand(hosts)}
+    assert expected_units(plan, C.unit_roles()) == want
+
+
+def test_expected_units_fixture_covers_every_example():
+    from tests.conftest import EXAMPLES
+
+    cases = json.loads((FIX / "nodes" / "expected_units.json").read_text())
+    assert sorted(cases) == sorted(f"{p.parent.name}/{d}/{a}" for p in EXAMPLES
+                                   for d in ("configless", "files") for a in ("kubelet", "kwok"))
+
+
+# Where a role uses a name: what runs (tasks, handlers, templates) and the variables it computes
+# from (vars). Not defaults/ (a variable defined and never used) nor meta/ (the manifest itself).
+ROLE_USES = ("tasks", "handlers", "templates", "vars")
+
+
+def _unnamed_in_role(root: Path, role: str) -> list[str]:
+    """The names in the role's ``units`` (a unit, the variable that holds one, a variable a
+    condition reads) that none of the role's own files mention, by whole word."""
+    import re
+
+    from railyard.apply import roles
+
+    text = "\n".join(f"{f.name}\n{f.read_text()}" for d in ROLE_USES for f in sorted((root / "roles" / role / d).rglob("*"))
+                     if f.is_file())
+    names = []
+    for e in roles.facts(root, role).get("units") or []:
+        names += e["unit"] if isinstance(e.get("unit"), list) else [e["unit"]] if "unit" in e else []
+        names += [e["var"].split(".")[0]] if "var" in e else []
+        names += [v.split(".")[0] for v in e.get("when") or {}]
+    return [n for n in names if not re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", text)]
+
+
+def test_each_unit_a_role_names_is_one_its_files_use():
+    from tests.conftest import ROOT
+
+    with_units = C.unit_roles(ROOT)
+    assert set(with_units) >= {"munge", "slurm_controller", "slurm_compute", "slurm_login", "nfs_client",
+                               "k8s_control_plane", "k8s_worker", "kueue", "volcano"}
+    assert {role: _unnamed_in_role(ROOT, role) for role in with_units} == {role: [] for role in with_units}
+
+
+def test_a_unit_its_role_never_mentions_is_caught(tmp_path):
+    role = tmp_path / "roles" / "r"
+    for d, text in {"tasks/main.yml": "- ansible.builtin.systemd_service: {name: '{{ r_service }}'}\n",
+                    "defaults/main.yml": "r_service: rd\nr_unused: other\n",
+                    "meta/railyard.yml": "units:\n  - {var: r_service, want: active}\n  - {var: r_unused, want: active}\n"
+                                         "  - {unit: ghost, want: active, when: {r_mode: x}}\n"}.items():
+        (role / d).parent.mkdir(parents=True, exist_ok=True)
+        (role / d).write_text(text)
+    assert _unnamed_in_role(tmp_path, "r") == ["r_unused", "ghost", "r_mode"]
+
+
+def test_role_units_schema(tmp_path):
+    from railyard.apply import roles
+
+    role = tmp_path / "roles" / "r"
+    (role / "meta").mkdir(parents=True)
+    (role / "defaults").mkdir()
+    (role / "defaults" / "main.yml").write_text(
+        "r_mode: \"{{ railyard_r_mode | default('b') }}\"\nr_units: [{name: one}, {name: two}]\n"
+        "r_bad: \"{{ a if b else c }}\"\n")
+
+    def units(doc, extravars=None, inventory=None):
+        (role / "meta" / "railyard.yml").write_text(yaml.safe_dump({"units": doc}))
+        roles._load.cache_clear()
+        return roles.units(tmp_path, "r", extravars or {}, inventory or {})
+
+    assert units([{"unit": ["a", "b.mount"], "want": "active"}]) == (("a.service", "active"), ("b.mount", "active"))
+    assert units([{"var": "r_units", "want": "enabled"}]) == (("one.service", "enabled"), ("two.service", "enabled"))
+    when = [{"unit": "x", "want": "active", "when": {"r_mode": "a"}}]
+    assert units(when) == ()  # r_mode follows railyard_r_mode, unset: 'b'
+    assert units(when, inventory={"railyard_r_mode": "a"}) == (("x.service", "active"),)
+    assert units(when, extravars={"r_mode": "a"}, inventory={"railyard_r_mode": "b"}) == (("x.service", "active"),)
+    assert units([{"var": "m.nfs", "want": "enabled"}], inventory={"m": {"nfs": ["s.mount"]}}) == (
+        ("s.mount", "enabled"),)
+    for bad, message in [([{"unit": "a"}], "want must be"), ([{"unit": "a", "var": "b", "want": "active"}], "one of them"),
+                         ([{"name": "a", "want": "active"}], "needs unit or var"),
+                         ([{"var": "r_bad", "want": "active"}], "cannot read without Ansible")]:
+        with pytest.raises(ValueError, match=message):
+            units(bad)
+    with pytest.raises(KeyError, match="r_nothing is set nowhere"):
+        units([{"var": "r_nothing", "want": "active"}])
+
+
 WANTED = (("munge.service", "active"), ("slurmd.service", "active"), ("shared.mount", "enabled"))
 
 
@@ -201,9 +339,16 @@ class FakeDriver:
 
 
 def _roles_root(tmp_path: Path, roles: Sequence[str]) -> Path:
+    """Roles that exist but do nothing, with the real roles' facts (defaults, vars, meta/railyard.yml)."""
+    from tests.conftest import ROOT
+
     for role in roles:
         (tmp_path / "roles" / role / "tasks").mkdir(parents=True)
         (tmp_path / "roles" / role / "tasks" / "main.yml").write_text("---\n[]\n")
+        for facts in ("defaults/main.yml", "vars/main.yml", "meta/railyard.yml"):
+            if (ROOT / "roles" / role / facts).is_file():
+                (tmp_path / "roles" / role / facts).parent.mkdir(exist_ok=True)
+                (tmp_path / "roles" / role / facts).write_text((ROOT / "roles" / role / facts).read_text())
     return tmp_path
 
 

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from railyard.render import SLURM_CONFIG_FILES
 from tests.support import molecule as support
 
 VARIANT = os.environ.get("RAILYARD_MOLECULE_VARIANT", "lab")
 ARTIFACTS = support.artifacts_dir(VARIANT)
-SLURM_FILES = ("slurm.conf", "topology.conf", "gres.conf", "cgroup.conf")
 
 
 def sha256(path: Path) -> str:
@@ -38,9 +38,17 @@ def assert_running(host, unit: str) -> None:
         pytest.fail(f"{unit}: running={svc.is_running} enabled={svc.is_enabled}{journal(host, unit)}")
 
 
-def assert_slurm_files(host, names: tuple[str, ...] = SLURM_FILES) -> None:
-    """/etc/slurm/<name> is the rendered file, byte for byte, root-owned and 0644."""
-    for name in names:
+def rendered_slurm_files() -> tuple[str, ...]:
+    """The Slurm configuration files the scenario's render wrote, which the Slurm roles install."""
+    names = tuple(n for n in SLURM_CONFIG_FILES if (ARTIFACTS / "slurm" / n).is_file())
+    assert "slurm.conf" in names, f"no rendered slurm.conf in {ARTIFACTS / 'slurm'}"
+    return names
+
+
+def assert_slurm_files(host, names: tuple[str, ...] | None = None) -> None:
+    """/etc/slurm/<name> is the rendered file, byte for byte, root-owned and 0644: each of
+    ``names``, by default every Slurm configuration file the render wrote."""
+    for name in rendered_slurm_files() if names is None else names:
         f = host.file(f"/etc/slurm/{name}")
         assert f.exists and f.sha256sum == sha256(ARTIFACTS / "slurm" / name), name
         assert f.mode == 0o644 and f.user == "root", name
