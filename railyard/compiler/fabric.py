@@ -16,6 +16,7 @@ NVLink domains are a second grouping, inside the leaf groups.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from railyard.compiler.nodes import Node, hostlist_field
@@ -250,7 +251,7 @@ class _UnionFind:
             x = self.parent[x]
         return x
 
-    def union(self, items: list[str]) -> None:
+    def union(self, items: Sequence[str]) -> None:
         if not items:
             return
         root = self.find(items[0])
@@ -324,7 +325,8 @@ def _derive_groups(
             list(dict.fromkeys(hi for m in members for hi in up.get(m, ()) if tier_of.get(hi) == tier))
             for _name, members, _nodes in below
         ]
-        for reach in reached:
+        # Units that reach the same switches (the 32 nodes of an SU, say) join them once.
+        for reach in dict.fromkeys(map(tuple, reached)):
             uf.union(reach)
         comps: dict[str, list[str]] = defaultdict(list)
         for s in tier_switches:
