@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from ClusterShell.NodeSet import NodeSet, NodeSetParseError
+from ClusterShell.NodeSet import NodeSet, NodeSetBase, NodeSetParseError
 from ClusterShell.RangeSet import RangeSet, RangeSetParseError
 
 __all__ = ["HostlistError", "expand", "fold"]
@@ -62,14 +62,13 @@ def fold(names: Iterable[str]) -> str:
             others.append(name)
         else:
             numbers.setdefault(m[1], []).append(m[2])
-    if not numbers:
-        return str(NodeSet.fromlist(others))
-    folded = []
+    nodeset = NodeSet.fromlist(others)
     for prefix, digits in numbers.items():
         ranges = RangeSet()
         ranges.update(digits)
-        folded.append(f"{prefix}[{ranges}]")
-    return str(NodeSet.fromlist(folded + others))
+        # The NodeSet takes the (pattern, RangeSet) pair as it is: no text to write and parse back.
+        nodeset.update(NodeSetBase(f"{prefix}%s", ranges, copy_rangeset=False))
+    return str(nodeset)
 
 
 def _split_top_level(text: str) -> list[str]:
