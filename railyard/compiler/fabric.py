@@ -309,9 +309,8 @@ def _derive_groups(
     groups: dict[str, list[Group]] = {}
     group_of: dict[str, str] = {}
     # Members of the tier below, as groups: for the leaf tier, the nodes themselves.
-    # (name, members in the tier below, nodes), in the order links first name them
-    node_order = dict.fromkeys(lo for lo, _hi, _ in links if lo not in tier_of)
-    below: list[tuple[str, list[str], tuple[str, ...]]] = [(n, [n], (n,)) for n in node_order]
+    # (name, members in the tier below, nodes), in the order links first name them, as ``up`` does
+    below: list[tuple[str, list[str], tuple[str, ...]]] = [(n, [n], (n,)) for n in up if n not in tier_of]
 
     for tier in TIERS:
         tier_switches = [s.name for s in switches if s.tier == tier]
