@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from ClusterShell.NodeSet import NodeSet, NodeSetBase, NodeSetParseError
 from ClusterShell.RangeSet import RangeSet, RangeSetParseError
 
-__all__ = ["HostlistError", "expand", "fold"]
+__all__ = ["HostlistError", "expand", "fold", "refold"]
 
 _PLAIN = re.compile(r"[A-Za-z._-]*")  # name characters but digits: no NodeSet operator
 _ONE_RANGE = re.compile(rf"({_PLAIN.pattern})\[([0-9,-]+)\]({_PLAIN.pattern})")  # gpu[001-032]
@@ -69,6 +69,14 @@ def fold(names: Iterable[str]) -> str:
         # The NodeSet takes the (pattern, RangeSet) pair as it is: no text to write and parse back.
         nodeset.update(NodeSetBase(f"{prefix}%s", ranges, copy_rangeset=False))
     return str(nodeset)
+
+
+def refold(hostlist: str) -> str:
+    """``fold(expand(hostlist))``, folded by ClusterShell from the text: no name is written out."""
+    try:
+        return str(NodeSet(hostlist))
+    except NodeSetParseError as exc:
+        raise HostlistError(f"{hostlist!r} is not a valid hostlist ({exc})") from None
 
 
 def _split_top_level(text: str) -> list[str]:
