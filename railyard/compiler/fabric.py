@@ -120,22 +120,24 @@ def _rail_optimized(
     switches: list[FabricSwitch] = []
     links: list[tuple[str, str, int]] = []
     listed = spec.scalable_units is not None
+    rail_leaves: list[list[str]] = []  # per SU, its leaf per rail: named once, linked many times
     for i, (su, members) in enumerate(sus):
         su_path = f"{base}.scalable_units[{i}].name" if listed else None
-        for rail in range(spec.rails):
-            leaf = f"{su}-rail{rail}"
+        rail_leaves.append([f"{su}-rail{rail}" for rail in range(spec.rails)])
+        for leaf in rail_leaves[-1]:
             switches.append(
                 FabricSwitch(leaf, "leaf", spec.leaf_radix, su, f"{base}.leaf_radix", su_path)
             )
             links.extend((node, leaf, 1) for node in members)
 
     spine_path = f"{base}.spines.radix"
+    uplinks = spec.spines.links_per_leaf
     if spec.core is None:
         spines = [f"spine{k}" for k in range(1, spec.spines.count + 1)]
         switches.extend(FabricSwitch(s, "spine", spec.spines.radix, "spine", spine_path) for s in spines)
-        for su, _ in sus:
-            for rail in range(spec.rails):
-                links.extend((f"{su}-rail{rail}", s, spec.spines.links_per_leaf) for s in spines)
+        for leaves in rail_leaves:
+            for leaf in leaves:
+                links.extend((leaf, s, uplinks) for s in spines)
     else:
         per = spec.core.sus_per_group
         cores = [f"core{k}" for k in range(1, spec.core.count + 1)]
@@ -146,9 +148,9 @@ def _rail_optimized(
             pod = f"pod{p // per + 1}"
             spines = [f"{pod}-spine{k}" for k in range(1, spec.spines.count + 1)]
             switches.extend(FabricSwitch(s, "spine", spec.spines.radix, pod, spine_path) for s in spines)
-            for su, _ in sus[p : p + per]:
-                for rail in range(spec.rails):
-                    links.extend((f"{su}-rail{rail}", s, spec.spines.links_per_leaf) for s in spines)
+            for leaves in rail_leaves[p : p + per]:
+                for leaf in leaves:
+                    links.extend((leaf, s, uplinks) for s in spines)
             for s in spines:
                 links.extend((s, c, spec.core.links_per_spine) for c in cores)
 
