@@ -12,10 +12,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from ClusterShell.NodeSet import NodeSet, NodeSetParseError
+from ClusterShell.NodeSet import NodeSet, NodeSetBase, NodeSetParseError
 from ClusterShell.RangeSet import RangeSet, RangeSetParseError
 
-__all__ = ["HostlistError", "expand", "fold"]
+__all__ = ["HostlistError", "expand", "fold", "refold"]
 
 _PLAIN = re.compile(r"[A-Za-z._-]*")  # name characters but digits: no NodeSet operator
 _ONE_RANGE = re.compile(rf"({_PLAIN.pattern})\[([0-9,-]+)\]({_PLAIN.pattern})")  # gpu[001-032]
@@ -62,14 +62,21 @@ def fold(names: Iterable[str]) -> str:
             others.append(name)
         else:
             numbers.setdefault(m[1], []).append(m[2])
-    if not numbers:
-        return str(NodeSet.fromlist(others))
-    folded = []
+    nodeset = NodeSet.fromlist(others)
     for prefix, digits in numbers.items():
         ranges = RangeSet()
         ranges.update(digits)
-        folded.append(f"{prefix}[{ranges}]")
-    return str(NodeSet.fromlist(folded + others))
+        # The NodeSet takes the (pattern, RangeSet) pair as it is: no text to write and parse back.
+        nodeset.update(NodeSetBase(f"{prefix}%s", ranges, copy_rangeset=False))
+    return str(nodeset)
+
+
+def refold(hostlist: str) -> str:
+    """``fold(expand(hostlist))``, folded by ClusterShell from the text: no name is written out."""
+    try:
+        return str(NodeSet(hostlist))
+    except NodeSetParseError as exc:
+        raise HostlistError(f"{hostlist!r} is not a valid hostlist ({exc})") from None
 
 
 def _split_top_level(text: str) -> list[str]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from railyard.compiler import Plan
+from railyard.compiler import Plan, cycle_collector_paused
 from railyard.compiler import compile as compile_plan
 from railyard.compiler.validate import notes
 from railyard.errors import SpecError
@@ -30,7 +30,8 @@ def load_plan(path: str | Path) -> Plan:
 
 
 def loads_plan(text: str, source: str = "<spec>") -> Plan:
-    cluster, lines = parse(text, source)
+    with cycle_collector_paused():  # as compile_plan does: the parsed data is large and long-lived
+        cluster, lines = parse(text, source)
     try:
         plan = compile_plan(cluster, source)
     except SpecError as exc:

@@ -314,9 +314,10 @@ def test_slurm_topology_and_kubernetes_labels_name_the_same_groups(lab_plan):
 def test_slurm_hostlists_keep_ranges_at_the_end_of_names():
     """slurmctld 22.05 refuses ``Switches=lf[3-4]-0`` ("fatal: Invalid switches"); found by
     tests/test_fabric_properties.py. Names that differ before their end are written out."""
-    from railyard.compiler.slurm import fold
+    from railyard.compiler.slurm import fold, fold_hostlist
 
     assert fold(["lf3-0", "lf4-0"]) == "lf3-0,lf4-0"
+    assert fold_hostlist("lf[3-4]-0,gpu[002,001]") == "gpu[001-002],lf3-0,lf4-0"
     assert fold(["a1-0", "a1-1", "a2-0", "spine"]) == "a1-[0-1],a2-0,spine"
     assert fold(["gpu001", "gpu002", "gpu004", "kw1"]) == "gpu[001-002,004],kw1"
 

@@ -7,7 +7,7 @@ from ClusterShell.NodeSet import NodeSet
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from railyard.hostlist import HostlistError, expand, fold
+from railyard.hostlist import HostlistError, expand, fold, refold
 
 prefixes = st.sampled_from(["gpu", "n", "", "su1-rail", "a.b-", "x_", "lf3-", "login"])
 numbers = st.integers(0, 3000).flatmap(lambda i: st.sampled_from([str(i), f"{i:03d}", f"{i:05d}"]))
@@ -26,6 +26,16 @@ def test_fold_is_clustershells(ns: list[str]) -> None:
 def test_expand_one_range_is_clustershells(prefix: str, ints: list[int], pad: int, suffix: str) -> None:
     chunk = f"{prefix}[{','.join(f'{i:0{pad}d}' for i in ints)}]{suffix}"
     assert expand(chunk) == list(NodeSet(chunk))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.builds(lambda p, ints, pad, s: f"{p}[{','.join(f'{i:0{pad}d}' for i in ints)}]{s}",
+                          prefixes, st.lists(st.integers(0, 500), min_size=1, max_size=8),
+                          st.sampled_from([0, 3]), suffixes) | names.map(",".join),
+                min_size=1, max_size=5))
+def test_refold_is_fold_of_expand(parts: list[str]) -> None:
+    hostlist = ",".join(parts)
+    assert refold(hostlist) == fold(expand(hostlist))
 
 
 def test_expand_keeps_the_written_order_across_commas() -> None:

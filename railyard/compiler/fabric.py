@@ -16,6 +16,7 @@ NVLink domains are a second grouping, inside the leaf groups.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from railyard.compiler.nodes import Node, hostlist_field
@@ -119,22 +120,24 @@ def _rail_optimized(
     switches: list[FabricSwitch] = []
     links: list[tuple[str, str, int]] = []
     listed = spec.scalable_units is not None
+    rail_leaves: list[list[str]] = []  # per SU, its leaf per rail: named once, linked many times
     for i, (su, members) in enumerate(sus):
         su_path = f"{base}.scalable_units[{i}].name" if listed else None
-        for rail in range(spec.rails):
-            leaf = f"{su}-rail{rail}"
+        rail_leaves.append([f"{su}-rail{rail}" for rail in range(spec.rails)])
+        for leaf in rail_leaves[-1]:
             switches.append(
                 FabricSwitch(leaf, "leaf", spec.leaf_radix, su, f"{base}.leaf_radix", su_path)
             )
             links.extend((node, leaf, 1) for node in members)
 
     spine_path = f"{base}.spines.radix"
+    uplinks = spec.spines.links_per_leaf
     if spec.core is None:
         spines = [f"spine{k}" for k in range(1, spec.spines.count + 1)]
         switches.extend(FabricSwitch(s, "spine", spec.spines.radix, "spine", spine_path) for s in spines)
-        for su, _ in sus:
-            for rail in range(spec.rails):
-                links.extend((f"{su}-rail{rail}", s, spec.spines.links_per_leaf) for s in spines)
+        for leaves in rail_leaves:
+            for leaf in leaves:
+                links.extend((leaf, s, uplinks) for s in spines)
     else:
         per = spec.core.sus_per_group
         cores = [f"core{k}" for k in range(1, spec.core.count + 1)]
@@ -145,9 +148,9 @@ def _rail_optimized(
             pod = f"pod{p // per + 1}"
             spines = [f"{pod}-spine{k}" for k in range(1, spec.spines.count + 1)]
             switches.extend(FabricSwitch(s, "spine", spec.spines.radix, pod, spine_path) for s in spines)
-            for su, _ in sus[p : p + per]:
-                for rail in range(spec.rails):
-                    links.extend((f"{su}-rail{rail}", s, spec.spines.links_per_leaf) for s in spines)
+            for leaves in rail_leaves[p : p + per]:
+                for leaf in leaves:
+                    links.extend((leaf, s, uplinks) for s in spines)
             for s in spines:
                 links.extend((s, c, spec.core.links_per_spine) for c in cores)
 
@@ -250,7 +253,7 @@ class _UnionFind:
             x = self.parent[x]
         return x
 
-    def union(self, items: list[str]) -> None:
+    def union(self, items: Sequence[str]) -> None:
         if not items:
             return
         root = self.find(items[0])
@@ -308,9 +311,8 @@ def _derive_groups(
     groups: dict[str, list[Group]] = {}
     group_of: dict[str, str] = {}
     # Members of the tier below, as groups: for the leaf tier, the nodes themselves.
-    # (name, members in the tier below, nodes), in the order links first name them
-    node_order = dict.fromkeys(lo for lo, _hi, _ in links if lo not in tier_of)
-    below: list[tuple[str, list[str], tuple[str, ...]]] = [(n, [n], (n,)) for n in node_order]
+    # (name, members in the tier below, nodes), in the order links first name them, as ``up`` does
+    below: list[tuple[str, list[str], tuple[str, ...]]] = [(n, [n], (n,)) for n in up if n not in tier_of]
 
     for tier in TIERS:
         tier_switches = [s.name for s in switches if s.tier == tier]
@@ -324,7 +326,8 @@ def _derive_groups(
             list(dict.fromkeys(hi for m in members for hi in up.get(m, ()) if tier_of.get(hi) == tier))
             for _name, members, _nodes in below
         ]
-        for reach in reached:
+        # Units that reach the same switches (the 32 nodes of an SU, say) join them once.
+        for reach in dict.fromkeys(map(tuple, reached)):
             uf.union(reach)
         comps: dict[str, list[str]] = defaultdict(list)
         for s in tier_switches:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from railyard.compiler.fabric import Fabric
 from railyard.compiler.nodes import Node
 from railyard.errors import Problem
-from railyard.hostlist import expand
+from railyard.hostlist import expand, refold
 from railyard.hostlist import fold as _fold
 from railyard.spec import Cluster, Gpus, Hardware, Slurm, version_at_least
 
@@ -123,6 +123,15 @@ def fold(names: Iterable[str]) -> str:
         else:
             by_prefix.setdefault(m.group(1), []).append(name)
     return ",".join(sorted([_fold(group) for group in by_prefix.values()] + single))
+
+
+def fold_hostlist(hostlist: str) -> str:
+    """``fold(expand(hostlist))``: the names are written out only when Slurm could not read
+    ClusterShell's folding of the text."""
+    folded = refold(hostlist)
+    if not _RANGE_INSIDE.search(folded):
+        return folded
+    return fold(expand(hostlist))
 
 
 def gpu_devices(gpus: Gpus) -> str:
@@ -321,7 +330,7 @@ def compile_slurm(cluster: Cluster, nodes: list[Node], fabric: Fabric | None) ->
         partitions=tuple(
             PartitionLine(
                 p.name,
-                fold(expand(p.nodes)),
+                fold_hostlist(p.nodes),
                 p.default,
                 p.max_time,
                 p.default_time,

@@ -127,9 +127,11 @@ def _slurm(cluster: Cluster, nodes: dict[str, Node], fabric: Fabric | None, prob
     if slurm.gres_autodetect == "nvidia" and not version_at_least(version, "24.11"):
         problems.append(Problem(f"{base}.gres_autodetect", f"AutoDetect=nvidia needs Slurm 24.11+, not {version}; use 'nvml' or 'off'"))
     for pi, part in enumerate(slurm.partitions):
+        if not part.def_cpu_per_gpu:
+            continue  # nothing to check: spare expanding a hostlist of maybe 100,000 nodes
         for name in hostlist_field(part.nodes, f"{base}.partitions[{pi}].nodes", nodes, []):
             hw = nodes[name].hardware
-            if part.def_cpu_per_gpu and hw.gpus and part.def_cpu_per_gpu * hw.gpus.count > hw.cpus:
+            if hw.gpus and part.def_cpu_per_gpu * hw.gpus.count > hw.cpus:
                 problems.append(
                     Problem(
                         f"{base}.partitions[{pi}].def_cpu_per_gpu",
