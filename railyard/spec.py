@@ -92,7 +92,7 @@ class SecretRef(Strict):
 
 class Versions(Strict):
     slurm: SlurmVersion = "24.11"  # Debian 13 (trixie) and what sites run; 22.05 is past its end of life
-    kubernetes: Annotated[str, Field(pattern=r"^1\.\d{2}$")] = "1.34"
+    kubernetes: Annotated[str, Field(pattern=r"^1\.\d{2}$")] = "1.35"  # scripts/build-k8s.sh builds v1.35.4
     kueue: Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+$")] = "0.17.0"
     volcano: Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+$")] = "1.14.1"
 
@@ -645,7 +645,7 @@ def with_line(problem: Problem, lines: dict[str, int]) -> Problem:
 # What the remaining Field(pattern=...) types mean, in words, for their messages.
 _PATTERN_WORDS = {
     r"^[a-z][a-z0-9_]{0,39}$": "a lower-case letter, then up to 39 lower-case letters, digits or '_' (e.g. 'lab')",
-    r"^1\.\d{2}$": 'a Kubernetes minor version, in quotes (e.g. "1.34")',
+    r"^1\.\d{2}$": 'a Kubernetes minor version, in quotes (e.g. "1.35")',
     r"^\d+\.\d+\.\d+$": 'a version x.y.z, in quotes (e.g. "0.17.0")',
     r"^(o2ib|tcp|kfi|gni)\d*$": "an LNet network such as 'tcp0' or 'o2ib0'",
     r"^[A-Za-z0-9_.:-]{1,15}$": "a network interface name of up to 15 characters (e.g. 'ib0')",
