@@ -141,6 +141,9 @@ def test_rendered_inventory_gives_each_host_the_plans_variables(tmp_path, name, 
     merged = json.loads(res.stdout)["_meta"]["hostvars"]
     cluster = {"railyard_cluster": plan.name, "railyard_domain": plan.spec.cluster.domain,
                "railyard_slurm_version": plan.spec.cluster.versions.slurm,
+               "railyard_kubernetes_version": plan.spec.cluster.versions.kubernetes,
+               "railyard_kueue_version": plan.spec.cluster.versions.kueue,
+               "railyard_volcano_version": plan.spec.cluster.versions.volcano,
                "railyard_slurm_mpi_default": plan.spec.partitions.slurm.mpi_default,
                "railyard_slurm_config_delivery": delivery,  # both target 24.11: the default
                "railyard_hosts": [{"name": n.name, "address": n.address} for n in plan.nodes]}

@@ -204,16 +204,23 @@ def cluster_vars(plan: Any) -> dict[str, Any]:
     """Variables every host gets (inventory ``all.vars`` and group_vars/all).
 
     railyard_slurm_version: the Slurm roles compare the installed release with it.
+    railyard_kubernetes_version, railyard_kueue_version, railyard_volcano_version: the
+    spec's cluster.versions, which the Kubernetes roles compare what they installed with
+    (kube-apiserver's and the kubelet's major.minor, Kueue's and Volcano's x.y.z).
     railyard_slurm_mpi_default: slurm.conf's MpiDefault; with pmix the compute and login
     roles install an MPI built with PMIx (Debian's OpenMPI).
     railyard_slurm_config_delivery: ``configless`` or ``files``, how the Slurm roles deliver
     slurm.conf (set only with a Slurm partition).
     """
     slurm = plan.spec.partitions.slurm
+    versions = plan.spec.cluster.versions
     out = {
         "railyard_cluster": plan.name,
         "railyard_domain": plan.spec.cluster.domain,
-        "railyard_slurm_version": plan.spec.cluster.versions.slurm,
+        "railyard_slurm_version": versions.slurm,
+        "railyard_kubernetes_version": versions.kubernetes,
+        "railyard_kueue_version": versions.kueue,
+        "railyard_volcano_version": versions.volcano,
         "railyard_slurm_mpi_default": slurm.mpi_default if slurm else "none",
     }
     if plan.slurm is not None:
