@@ -448,3 +448,38 @@ def test_a_release_other_than_the_specs_is_a_version_finding_other_failures_stay
     assert (found.subject, found.kind, found.role) == ("gpu002", "version_changed", "slurm_compute")
     assert "is Slurm 23.02, but the spec targets Slurm 22.05" in found.message
     assert [e.subject for e in report.errors] == ["gpu003"]
+
+
+def _version_check_task(role: str) -> str:
+    """The name of *role*'s release check, as its tasks/install.yml has it."""
+    from pathlib import Path
+
+    import yaml
+
+    tasks = yaml.safe_load((Path(__file__).resolve().parents[2] / f"roles/{role}/tasks/install.yml").read_text())
+    (name,) = [t["name"] for t in tasks if t["name"].startswith("Check the installed")]
+    return name
+
+
+@pytest.mark.parametrize(("host", "role", "message"), [
+    ("kcp1", "k8s_control_plane", ("k8s_control_plane: on kcp1 /usr/local/bin/kube-apiserver reports 'Kubernetes v1.36.0'"
+                                  ": Kubernetes 1.36, but the spec targets Kubernetes 1.35")),
+    ("kw2", "k8s_worker", ("k8s_worker: /usr/local/bin/kubelet on kw2 reports 'Kubernetes v1.36.0': Kubernetes 1.36, "
+                          "but the spec targets Kubernetes 1.35")),
+    ("kcp1", "kueue", "kueue: /usr/local/bin/kueue on kcp1 is Kueue 0.18.0, but the spec targets Kueue 0.17.0"),
+    ("kcp1", "volcano", ("volcano: on kcp1 /usr/local/bin/vc-scheduler is Volcano 1.15.0, /usr/local/bin/"
+                        "vc-controller-manager is Volcano 1.15.0, but the spec targets Volcano 1.14.1")),
+])
+def test_a_kubernetes_release_other_than_the_specs_is_a_version_finding(lab_plan, host, role, message):
+    """Each Kubernetes role's release check (its real task name) that fails in the drift
+    probe's check mode is version_changed on the host, like Slurm's; other failures stay errors."""
+    from railyard.drift.observed import TaskFailure
+
+    moved = TaskFailure(host, role, _version_check_task(role), message)
+    broken = TaskFailure("kw1", "k8s_worker", "Copy the agent from the controller", "Could not find or access 'kwok'")
+    obs = FilesObservation(hosts=(host, "kw1"), roles=(role, "k8s_worker"), failures=(moved, broken))
+    report = compare(lab_plan, replace(clean_observed(), files=obs), stack="lab")
+    (found,) = [f for f in report.findings if f.layer == "files"]
+    assert (found.subject, found.kind, found.role) == (host, "version_changed", role)
+    assert found.message == f"{host}: {message}"
+    assert [e.subject for e in report.errors] == ["kw1"]
