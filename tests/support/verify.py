@@ -54,16 +54,19 @@ def assert_slurm_files(host, names: tuple[str, ...] | None = None) -> None:
         assert f.mode == 0o644 and f.user == "root", name
 
 
-def run_role(role: str, extra_vars: dict, tags: str, check: bool = True) -> dict:
-    """Run *role* (only *tags*, in check mode unless told) against the scenario's instances.
+def run_role(role: str, extra_vars: dict, tags: str, check: bool = True, hosts: str = "all",
+             vars_files: tuple[str, ...] = ()) -> dict:
+    """Run *role* (only *tags*, in check mode unless told) against the scenario's instances
+    (*hosts*, a pattern), with the play's *vars_files* (as a converge.yml names them).
 
     Returns the exit code, the first failed task's name and message, and how many tasks
     changed. Check mode with an install tag leaves the instance as converge left it.
     """
     playbook = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / f"{role}-source.yml"
-    playbook.write_text(
-        yaml.safe_dump([{"name": "source", "hosts": "all", "gather_facts": False, "roles": [role]}])
-    )
+    play = {"name": "source", "hosts": hosts, "gather_facts": False, "roles": [role]}
+    if vars_files:
+        play["vars_files"] = list(vars_files)
+    playbook.write_text(yaml.safe_dump([play]))
     inventory = str(Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent)
     out = subprocess.run(
         ["ansible-playbook", "-i", inventory, *(["--check"] if check else []),

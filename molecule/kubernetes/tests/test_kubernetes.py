@@ -23,7 +23,7 @@ from ClusterShell.NodeSet import NodeSet
 
 from tests.support import molecule as support
 from tests.support.topology import hypernode_nodes
-from tests.support.verify import ARTIFACTS, VARIANT, assert_running, journal
+from tests.support.verify import ARTIFACTS, VARIANT, assert_running, journal, run_role
 
 PLAN = json.loads((ARTIFACTS / "plan.json").read_text())
 GROUPS = PLAN["inventory_groups"]
@@ -156,6 +156,49 @@ def test_the_real_kubelet_runs_a_container_with_its_limits():
         assert got["status"]["containerStatuses"][0]["containerID"].startswith("containerd://")
     finally:
         kubectl("delete", "pod", name, "--ignore-not-found", "--grace-period=0", "--force", check=False)
+
+
+# -- the release checks ------------------------------------------------------------------
+# Each role, run again in check mode (install tag) on the converged nodes with an expected
+# release that is not the installed one, must fail at its release check naming both. The
+# installed releases are the spec's (the converge passed the same checks against them).
+SPEC_VERSIONS = support.VARIANTS[VARIANT]()["cluster"]["versions"]
+VARS_FILES = ("{{ railyard_artifacts_dir }}/ansible/group_vars/all.json",
+              "{{ railyard_artifacts_dir }}/ansible/host_vars/{{ inventory_hostname }}.json")
+KUBELET = next(n for n in WORKERS if AGENT[n] == "kubelet")
+KWOK = next(n for n in WORKERS if AGENT[n] == "kwok")
+# role, hosts, the variable the role compares with, a wrong value, the installed release
+WRONG_RELEASE = [
+    ("k8s_control_plane", CP_NAME, "k8s_control_plane_kubernetes_version", "1.34", SPEC_VERSIONS["kubernetes"]),
+    ("k8s_worker", KUBELET, "k8s_worker_kubernetes_version", "1.34", SPEC_VERSIONS["kubernetes"]),
+    ("kueue", CP_NAME, "kueue_version", "0.16.2", SPEC_VERSIONS["kueue"]),
+    ("volcano", CP_NAME, "volcano_version", "1.13.0", SPEC_VERSIONS["volcano"]),
+]
+
+
+@pytest.mark.parametrize(("role", "hosts", "var", "wrong", "installed"), WRONG_RELEASE, ids=[r[0] for r in WRONG_RELEASE])
+def test_a_release_other_than_the_installed_one_fails_the_role_naming_both(role, hosts, var, wrong, installed):
+    assert wrong != installed
+    got = run_role(role, {var: wrong}, f"{role}_install", hosts=hosts, vars_files=VARS_FILES)
+    # the message, as a real run gives it, for the record (README, the issue)
+    with (ARTIFACTS.parent / "release-check-messages.txt").open("a") as f:
+        f.write(f"{role} ({var}={wrong}): {got['task']}: {got['msg']}\n")
+    print(f"\n{role}: {got['task']}: {got['msg']}")
+    assert got["rc"] != 0 and got["task"] is not None, got
+    task = got["task"].split(" : ", 1)[-1]  # the json callback names it "<role> : <task>"
+    assert task.startswith("Check the installed") and task.endswith("is the release the spec targets"), got
+    name = "Kubernetes" if role.startswith("k8s_") else role.capitalize()
+    assert f"{name} {installed}, but the spec targets {name} {wrong} (cluster.versions." in got["msg"], got["msg"]
+    assert f'set cluster.versions.{"kubernetes" if name == "Kubernetes" else role} to "{installed}"' in got["msg"], got["msg"]
+    assert got["changed"] == 0, got
+
+
+def test_kwok_is_not_checked_against_the_kubernetes_release():
+    """KWOK is no kubelet (its own version is 0.8.x): the worker role's release check does
+    not apply to it, so a wrong expected release still passes on the KWOK worker."""
+    got = run_role("k8s_worker", {"k8s_worker_kubernetes_version": "1.34"}, "k8s_worker_install", hosts=KWOK,
+                   vars_files=VARS_FILES)
+    assert got["rc"] == 0 and got["task"] is None, got
 
 
 def test_keys_are_private():
