@@ -265,11 +265,43 @@ def parse_unit(text: str, name: str) -> dict[str, dict[str, str]]:
     return sections
 
 
+_TOPOLOGY_KEYS = {"topology", "cluster_default", "tree", "block", "flat"}
+_SLURM_NAME = re.compile(r"[A-Za-z0-9_.\[\],-]+")  # a name or hostlist in topology.yaml
+
+
+def parse_topology_yaml(text: str) -> list[dict]:
+    """Slurm 25.05's topology.yaml: a list of topologies, each a name, whether it is the
+    cluster's default and one of tree (switches with nodes or children), block (block_sizes,
+    blocks with nodes) or flat; every name and hostlist one plain word."""
+    doc = yaml.safe_load(text)
+    assert isinstance(doc, list) and doc, doc
+    for topo in doc:
+        assert isinstance(topo, dict) and set(topo) <= _TOPOLOGY_KEYS, topo
+        assert _SLURM_NAME.fullmatch(topo["topology"]) and isinstance(topo.get("cluster_default", False), bool), topo
+        kinds = [k for k in ("tree", "block", "flat") if k in topo]
+        assert len(kinds) == 1, topo
+        if "tree" in topo:
+            for sw in topo["tree"]["switches"]:
+                assert set(sw) <= {"switch", "nodes", "children"} and _SLURM_NAME.fullmatch(sw["switch"]), sw
+                assert all(_SLURM_NAME.fullmatch(sw[k]) for k in ("nodes", "children") if k in sw), sw
+        if "block" in topo:
+            assert set(topo["block"]) <= {"block_sizes", "blocks"}, topo["block"]
+            assert all(isinstance(n, int) and n > 0 for n in topo["block"].get("block_sizes", [])), topo["block"]
+            for b in topo["block"]["blocks"]:
+                assert set(b) == {"block", "nodes"} and _SLURM_NAME.fullmatch(b["block"]), b
+                assert _SLURM_NAME.fullmatch(b["nodes"]), b
+        if "flat" in topo:
+            assert topo["flat"] is True, topo
+    return doc
+
+
 def check_rendered(out: Path) -> None:
     files = {str(p.relative_to(out)): p.read_text() for p in out.rglob("*") if p.is_file()}
     for rel, text in files.items():
         if rel in _SLURM_LIKE:
             parse_key_value(text, rel)
+        elif rel == "slurm/topology.yaml":
+            parse_topology_yaml(text)
         elif rel == "storage/exports":
             parse_exports(text)
         elif rel.startswith("storage/units/"):
@@ -365,6 +397,19 @@ def test_unmutated_bases_pass_every_format_parser(base: str) -> None:
     check(BASE_TEXT[base].encode())
 
 
+def test_topology_yaml_passes_its_parser(tmp_path: Path) -> None:
+    """Slurm 25.05 with NVLink domains renders topology.yaml (tree and block): the parser
+    above accepts it, so fuzzed 25.05 specs are checked, not passed over."""
+    spec = copy.deepcopy(BASE_DATA["lab"])
+    spec["cluster"]["versions"]["slurm"] = "25.05"
+    spec["fabric"]["rail_optimized"]["nvlink"] = {"domain_nodes": 1}
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    code, output, _ = run("render", str(tmp_path / "cluster.yaml"), "-o", str(tmp_path / "out"))
+    assert code == exitcodes.OK, output
+    topologies = parse_topology_yaml((tmp_path / "out/slurm/topology.yaml").read_text())
+    assert [t["topology"] for t in topologies] == ["fabric", "nvlink", "flat"]
+
+
 def test_the_parsers_refuse_injected_lines(tmp_path: Path) -> None:
     """The format parsers are strict enough to catch what the issue's attacks would write."""
     with pytest.raises(AssertionError):
@@ -373,3 +418,5 @@ def test_the_parsers_refuse_injected_lines(tmp_path: Path) -> None:
         parse_key_value("PartitionName=gpu Nodes=a MaxTime=1\nState=DOWN x\n", "slurm.conf")
     with pytest.raises(AssertionError):
         parse_unit("[Mount]\nWhat=a\nWhere=/a\nType=nfs\nExecStartPre=/bin/sh\n", "a.mount")
+    with pytest.raises(AssertionError):
+        parse_topology_yaml("- topology: t\n  block:\n    blocks:\n    - {block: b1, nodes: 'a b'}\n")
