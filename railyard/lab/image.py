@@ -405,8 +405,6 @@ def _require_tools() -> None:
         raise ImageBuildError("building the lab image needs root (debootstrap, rootful podman)")
 
 
-
-
 # --------------------------------------------------------------------------- rootfs
 
 
