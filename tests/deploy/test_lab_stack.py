@@ -79,8 +79,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     if shutil.which("podman") is None:
         pytest.skip("podman is not installed (scripts/setup-podman.sh)")
     if labelled("container", CLUSTER):
-        pytest.skip(f"a lab cluster is already up ({', '.join(labelled('container', CLUSTER))}); "
-                    "the e2e test uses the same container names: `railyard destroy --stack lab --yes` first")
+        # a required step: it fails rather than skip, naming the fix
+        pytest.fail(f"a lab cluster is already up ({', '.join(labelled('container', CLUSTER))}); "
+                    "the e2e test uses the same container names: `.venv/bin/railyard destroy --stack lab --yes` first",
+                    pytrace=False)
     tmp = tmp_path_factory.mktemp("lab-stack")
     work = tmp / "work"
     work.mkdir()
