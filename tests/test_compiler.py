@@ -77,6 +77,15 @@ def test_lab_topology_is_two_sus_under_one_spine(lab_plan):
     assert lab_plan.kubernetes.labels["kw2"]["topology.railyard.dev/su"] == "su2"
 
 
+def test_node_capacity_is_the_specs_hardware_in_the_apiservers_form(lab_plan):
+    """What each worker's Node reports (KWOK) or railyard sets on it (a kubelet's GPUs):
+    the lab's kw nodes are 1 socket x 2 cores x 1 thread, 1000 MB and 2 stand-in GPUs."""
+    want = {"cpu": "2", "memory": "1000Mi", "pods": "110", "nvidia.com/gpu": "2"}
+    assert lab_plan.kubernetes.capacity == {"kw1": want, "kw2": want}
+    assert all(lab_plan.inventory.hostvars[n]["railyard_node_capacity"] == want for n in ("kw1", "kw2"))
+    assert "railyard_node_capacity" not in lab_plan.inventory.hostvars["gpu001"]  # a Slurm node
+
+
 def test_dgx_rails_collapse_into_sus():
     plan = PLANS["dgx-h100"]
     assert len(plan.fabric.switches) == 4 * 8 + 16

@@ -46,7 +46,7 @@ def artifacts() -> Path:
 def test_node_carries_the_compiled_labels_and_the_plans_capacity(artifacts, name):
     hv = json.loads((artifacts / f"ansible/host_vars/{name}.json").read_text())
     labels = yaml.safe_load((artifacts / "kubernetes/node-labels.yaml").read_text())[name]
-    node = worker.k8s_node(name, hv["railyard_node_labels"], hv["railyard_hardware"], hv.get("railyard_gpus"),
+    node = worker.k8s_node(name, hv["railyard_node_labels"], hv["railyard_node_capacity"],
                            hv["railyard_address"], {"kwok.x-k8s.io/node": "fake"})
     assert hv["railyard_node_labels"] == labels
     assert node["metadata"]["labels"] == {**labels, "kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
@@ -59,8 +59,8 @@ def test_node_carries_the_compiled_labels_and_the_plans_capacity(artifacts, name
 
 
 def test_node_without_gpus_advertises_none():
-    hw = {"sockets": 2, "cores_per_socket": 56, "threads_per_core": 2, "memory_mb": 2_048_000}
-    node = worker.k8s_node("cpu01", {}, hw, None, "10.0.0.5")
+    cap = {"cpu": "224", "memory": "2000Gi", "pods": "110"}
+    node = worker.k8s_node("cpu01", {}, cap, "10.0.0.5")
     assert node["status"]["capacity"] == {"cpu": "224", "memory": "2000Gi", "pods": "110"}
     assert "annotations" not in node["metadata"]
 
@@ -68,18 +68,18 @@ def test_node_without_gpus_advertises_none():
 def test_a_real_kubelets_node_gets_only_the_plans_gpus():
     """The kubelet reports CPUs, memory and addresses; railyard sets nvidia.com/gpu only
     (and nothing on a node without GPUs), so the two never fight over a field."""
-    hw = {"sockets": 1, "cores_per_socket": 2, "threads_per_core": 1, "memory_mb": 1000}
-    node = worker.k8s_node("kw2", {"a": "b"}, hw, {"count": 2}, "10.0.0.6", {}, "kubelet")
+    cap = {"cpu": "2", "memory": "1000Mi", "pods": "110"}
+    node = worker.k8s_node("kw2", {"a": "b"}, {**cap, "nvidia.com/gpu": "2"}, "10.0.0.6", {}, "kubelet")
     assert node["status"] == {"capacity": {"nvidia.com/gpu": "2"}, "allocatable": {"nvidia.com/gpu": "2"}}
     assert node["metadata"]["labels"]["a"] == "b"
-    assert worker.k8s_node("cpu02", {}, hw, None, "10.0.0.7", {}, "kubelet")["status"] == {}
+    assert worker.k8s_node("cpu02", {}, cap, "10.0.0.7", {}, "kubelet")["status"] == {}
     with pytest.raises(ValueError, match="agent must be kwok or kubelet"):
-        worker.k8s_node("x", {}, hw, None, "10.0.0.8", {}, "containerd")
+        worker.k8s_node("x", {}, cap, "10.0.0.8", {}, "containerd")
 
 
 def test_node_status_differs_only_on_what_railyard_sets():
-    hw = {"sockets": 1, "cores_per_socket": 2, "threads_per_core": 1, "memory_mb": 1000}
-    node = worker.k8s_node("kw2", {}, hw, {"count": 2}, "10.0.0.6", {}, "kubelet")
+    cap = {"cpu": "2", "memory": "1000Mi", "pods": "110", "nvidia.com/gpu": "2"}
+    node = worker.k8s_node("kw2", {}, cap, "10.0.0.6", {}, "kubelet")
     kubelet_status = {"capacity": {"cpu": "2", "memory": "24683664Ki", "nvidia.com/gpu": "2"},
                       "allocatable": {"cpu": "2", "memory": "24581264Ki", "nvidia.com/gpu": "2"}}
     assert worker.k8s_node_status_differs(json.dumps(kubelet_status), node) is False
@@ -92,7 +92,7 @@ def test_node_status_differs_only_on_what_railyard_sets():
     assert worker.k8s_node_status_differs(two_lines, node) is False
     assert worker.k8s_node_status_differs(json.dumps(zeroed["capacity"]) + "\n{}", node) is True
     assert worker.k8s_node_status_differs("\n", node) is True      # neither field set yet
-    kwok = worker.k8s_node("kw1", {}, hw, {"count": 2}, "10.0.0.5")
+    kwok = worker.k8s_node("kw1", {}, cap, "10.0.0.5")
     assert worker.k8s_node_status_differs(kwok["status"], kwok) is False
 
 

@@ -10,6 +10,7 @@ stores, so re-applying (a deploy, a drift check) is a no-op.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -148,3 +149,39 @@ def test_drift_reads_the_applied_objects_back_as_clean_and_sees_an_edit(api, lab
     found = object_findings()
     assert len(found) == 1 and "ClusterQueue/gpu" in found[0] and "'8'" in found[0], found
     _delete(api, sorted((rendered / "kubernetes").glob("*.yaml")))
+
+
+def test_drift_compares_each_workers_capacity_gpus_included(api, lab_plan):
+    """The Node capacity drift reads from a real server. The lab's workers run kubelets:
+    railyard sets their GPUs (must equal the spec's 2), the kubelet measures CPUs and memory
+    (must be at least the spec's 2 CPUs and 1000 MB). No kubelet runs here, so the test
+    registers kw1 and kw2 and writes their status as a kubelet and the role would."""
+    assert lab_plan.k8s_worker_agent == "kubelet"
+
+    def status(name: str, capacity: dict[str, str]) -> None:
+        doc = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+               "status": {"capacity": capacity, "allocatable": capacity}}
+        k8slab.kubectl(api, "apply", "--server-side", "--field-manager=test", "--force-conflicts",
+                       "--subresource=status", "-f", "-", input=json.dumps(doc), check=True)
+
+    def capacity_findings() -> list[str]:
+        nodes = yaml.safe_load(k8slab.kubectl(api, "get", "nodes", "-o", "json", check=True).stdout)
+        report = compare(lab_plan, Observed(kubernetes=observation(nodes, [])))
+        return sorted(f"{f.kind}: {f.message}" for f in report.findings if f.kind.startswith("capacity"))
+
+    for name in ("kw1", "kw2"):
+        node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": lab_plan.kubernetes.labels[name]}}
+        k8slab.kubectl(api, "apply", "-f", "-", input=json.dumps(node), check=True)
+        # what a kubelet on this 2-core, 24 GiB machine reports, plus the role's GPUs
+        status(name, {"cpu": "2", "memory": "24683664Ki", "pods": "110", "nvidia.com/gpu": "2"})
+    try:
+        assert capacity_findings() == []
+        status("kw1", {"cpu": "2", "memory": "24683664Ki", "pods": "110", "nvidia.com/gpu": "0"})  # zeroed
+        status("kw2", {"cpu": "1", "memory": "512Mi", "pods": "110", "nvidia.com/gpu": "2"})      # short
+        assert capacity_findings() == [
+            "capacity_short: kw2 reports cpu 1, less than the spec's 2",
+            "capacity_short: kw2 reports memory 512Mi, less than the spec's 1000Mi",
+            "capacity_value: kw1: capacity nvidia.com/gpu is 0, the plan has 2",
+        ]
+    finally:
+        k8slab.kubectl(api, "delete", "node", "kw1", "kw2", "--ignore-not-found")

@@ -87,9 +87,8 @@ LAB_IMAGE = "localhost/railyard/busybox:1"
 
 
 def k8s_worker_agent(plan: Plan) -> str:
-    """What runs pods on the plan's Kubernetes workers: the lab's real kubelets, or KWOK
-    where the kubelet's release install is not written yet (roles/k8s_worker)."""
-    return "kubelet" if plan.is_lab else "kwok"
+    """What runs pods on the plan's Kubernetes workers (``Plan.k8s_worker_agent``)."""
+    return plan.k8s_worker_agent
 
 
 def lab_k8s_dir() -> Path:

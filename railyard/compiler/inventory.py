@@ -126,6 +126,7 @@ def compile_inventory(
             hv["railyard_gpus"] = _gpus(hw.gpus)
         if k8s is not None and n.name in k8s.labels:
             hv["railyard_node_labels"] = k8s.labels[n.name]
+            hv["railyard_node_capacity"] = k8s.capacity[n.name]
         mounts = mounts_of.get(n.name)
         if mounts:
             hv["railyard_mount_units"] = mounts

@@ -16,6 +16,8 @@ from railyard.compiler.nodes import Node
 from railyard.spec import Cluster, version_at_least
 
 GPU_RESOURCE = "nvidia.com/gpu"
+# Pods a Node admits: the kubelet's default maxPods, which KWOK's simulated Nodes report too.
+MAX_PODS = 110
 GPU_LABEL = "railyard.dev/gpu"
 PARTITION_LABEL = "railyard.dev/partition"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -33,6 +35,7 @@ class KubernetesPlan:
     workers: tuple[str, ...]
     label_keys: tuple[str, ...]  # fabric levels, top to bottom, then hostname
     labels: dict[str, dict[str, str]]  # node -> labels
+    capacity: dict[str, dict[str, str]]  # node -> Node .status.capacity (node_capacity)
     kueue: tuple[dict[str, Any], ...]
     volcano: tuple[dict[str, Any], ...]
     volcano_scheduler_conf: dict[str, Any]
@@ -51,6 +54,20 @@ def flavor_capacity(workers: list[Node]) -> dict[str, dict[str, int]]:
         c["memory_mb"] += n.hardware.memory_mb
         c["gpu"] += n.hardware.gpus.count if n.hardware.gpus else 0
     return dict(cap)
+
+
+def node_capacity(node: Node) -> dict[str, str]:
+    """What a worker's Node reports in ``.status.capacity``, from the spec's hardware: the
+    quantities in the form the apiserver writes back, so a read compares equal.
+
+    A simulated (KWOK) Node gets all of it from roles/k8s_worker. A kubelet measures CPUs,
+    memory and pods itself, and the role sets only the extended resources (``nvidia.com/gpu``,
+    as a device plugin would advertise them); drift compares both (railyard.drift.compare).
+    """
+    cap = {"cpu": str(node.hardware.cpus), "memory": _quantity_mb(node.hardware.memory_mb), "pods": str(MAX_PODS)}
+    if node.hardware.gpus and node.hardware.gpus.count:
+        cap[GPU_RESOURCE] = str(node.hardware.gpus.count)
+    return cap
 
 
 def _labels(cluster: Cluster, workers: list[Node], fabric: Fabric | None) -> tuple[tuple[str, ...], dict[str, dict[str, str]]]:
@@ -256,6 +273,7 @@ def compile_kubernetes(cluster: Cluster, nodes: list[Node], fabric: Fabric | Non
         workers=tuple(n.name for n in workers),
         label_keys=keys,
         labels=labels,
+        capacity={n.name: node_capacity(n) for n in workers},
         kueue=tuple(_kueue(cluster, workers, keys, fabric is not None)),
         volcano=tuple(_volcano(cluster, workers, fabric)),
         volcano_scheduler_conf=_scheduler_conf(fabric is not None),

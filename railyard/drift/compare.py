@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from railyard.compiler import Plan
+from railyard.drift.kubernetes import quantity
 from railyard.drift.model import SPARE_IN_SCHEDULER, UNREACHABLE, CheckError, DriftReport, Finding
 from railyard.drift.observed import (
     FileChange,
@@ -501,6 +502,43 @@ def _object_name(kind: str, namespace: str, name: str) -> str:
     return f"{kind}/{namespace}/{name}" if namespace else f"{kind}/{name}"
 
 
+# What a kubelet measures on its node. railyard sets the rest (extended resources such as
+# nvidia.com/gpu), and all of it on a KWOK Node.
+_MEASURED = frozenset({"cpu", "memory", "pods"})
+
+
+def _capacity_findings(plan: Plan, obs: KubernetesObservation, fix: _Fix) -> list[Finding]:
+    """Each registered worker's ``.status.capacity`` against the plan's (the spec's hardware).
+
+    What railyard sets must be what the plan says: a Node whose GPUs a kubelet restart
+    zeroed offers Kueue and kube-scheduler no GPUs. What a kubelet measures must be at least
+    the plan's, the rule slurmd's registration follows too: a node with CPUs offline or a
+    failed DIMM is short, one with more than the spec says is not drift.
+    """
+    k = plan.kubernetes
+    assert k is not None
+    simulated = plan.k8s_worker_agent == "kwok"
+    out: list[Finding] = []
+    for name, want in sorted(k.capacity.items()):
+        have = obs.capacity.get(name)
+        if have is None or name not in obs.labels:
+            continue  # node_missing says it
+        for resource, value in want.items():
+            got = have.get(resource)
+            w, h = quantity(value), quantity(got) if got is not None else None
+            if resource in _MEASURED and not simulated:
+                if h is None or h < w:
+                    out.append(Finding("kubernetes", name, "capacity_short",
+                                       f"{name} reports {resource} {got or 'none'}, less than the spec's {value}",
+                                       f"check {name}'s hardware (CPUs offline, a failed DIMM), or correct its "
+                                       "hardware in the spec", f"{resource}>={value}", f"{resource}={got}"))
+            elif h is None or h != w:
+                out.append(Finding("kubernetes", name, "capacity_value",
+                                   f"{name}: capacity {resource} is {got or 'missing'}, the plan has {value}",
+                                   f"{fix.up} sets it", f"{resource}={value}", f"{resource}={got}"))
+    return out
+
+
 def compare_kubernetes(plan: Plan, obs: KubernetesObservation, fix: _Fix) -> list[Finding]:
     k = plan.kubernetes
     if k is None or not obs.deployed:
@@ -529,6 +567,7 @@ def compare_kubernetes(plan: Plan, obs: KubernetesObservation, fix: _Fix) -> lis
                                    f"{name}: label {key} is '{have[key]}', the plan has '{value}'",
                                    f"`kubectl label --overwrite node {name} {key}={value}`, or {fix.up}",
                                    f"{key}={value}", f"{key}={have[key]}"))
+    out += _capacity_findings(plan, obs, fix)
     spares = {n.name for n in plan.nodes if n.spare}
     for name in obs.labels:
         if name in spares:

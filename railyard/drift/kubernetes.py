@@ -10,6 +10,7 @@ k8s_control_plane role writes; these functions turn the answers into a
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from railyard.drift.observed import KubernetesObservation
@@ -29,6 +30,38 @@ def labels_from_nodes(doc: Mapping[str, Any]) -> dict[str, dict[str, str]]:
     return out
 
 
+def capacity_from_nodes(doc: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """``kubectl get nodes -o json`` -> {node: .status.capacity}."""
+    out: dict[str, dict[str, str]] = {}
+    for item in doc.get("items") or []:
+        name = str((item.get("metadata") or {}).get("name", ""))
+        out[name] = {str(k): str(v) for k, v in ((item.get("status") or {}).get("capacity") or {}).items()}
+    return out
+
+
+_SUFFIXES = {
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
+    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+}
+
+
+def quantity(value: str) -> Decimal | None:
+    """A Kubernetes resource quantity (``2``, ``1000Mi``, ``24683664Ki``, ``500m``) as a
+    number, so ``1Gi`` and ``1024Mi`` compare equal; None when it is not one."""
+    text = str(value).strip()
+    for suffix in sorted(_SUFFIXES, key=len, reverse=True):
+        if text.endswith(suffix) and text[: -len(suffix)]:
+            text, scale = text[: -len(suffix)], Decimal(_SUFFIXES[suffix])
+            break
+    else:
+        scale = Decimal(1)
+    try:
+        return Decimal(text) * scale
+    except InvalidOperation:
+        return None
+
+
 def objects_from_lists(docs: Iterable[Mapping[str, Any]]) -> tuple[dict[str, Any], ...]:
     """``kubectl get <kind> -A -o json`` documents (kind ``List``) -> their items."""
     items: list[dict[str, Any]] = []
@@ -38,4 +71,5 @@ def objects_from_lists(docs: Iterable[Mapping[str, Any]]) -> tuple[dict[str, Any
 
 
 def observation(nodes: Mapping[str, Any], lists: Iterable[Mapping[str, Any]]) -> KubernetesObservation:
-    return KubernetesObservation(deployed=True, labels=labels_from_nodes(nodes), objects=objects_from_lists(lists))
+    return KubernetesObservation(deployed=True, labels=labels_from_nodes(nodes), capacity=capacity_from_nodes(nodes),
+                                 objects=objects_from_lists(lists))

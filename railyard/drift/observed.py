@@ -200,6 +200,7 @@ class KubernetesObservation:
     deployed: bool
     reason: str = ""  # why not deployed
     labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # node -> labels
+    capacity: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # node -> .status.capacity
     objects: tuple[Mapping[str, Any], ...] = ()  # Kueue and Volcano objects as the API returns them
 
 

@@ -108,7 +108,8 @@ def kubectl_answers(plan, labels=None) -> dict:
     from railyard.drift.kubernetes import kinds_of
 
     k = plan.kubernetes
-    nodes = {"items": [{"metadata": {"name": n, "labels": dict((labels or k.labels)[n])}} for n in k.workers]}
+    nodes = {"items": [{"metadata": {"name": n, "labels": dict((labels or k.labels)[n])},
+                        "status": {"capacity": dict(k.capacity[n])}} for n in k.workers]}
     objects = {"apiVersion": "v1", "kind": "List", "items": [*k.kueue, *k.volcano]}
     get = ("kcp1", (*C.KUBECTL, "get"))
     return {(get[0], (*get[1], "nodes", "-o", "json")): Result(0, json.dumps(nodes), ""),

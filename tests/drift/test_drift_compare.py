@@ -4,12 +4,14 @@ with the exact line an operator reads, and a clean cluster that reports nothing.
 from __future__ import annotations
 
 from dataclasses import replace
+from decimal import Decimal
 
 import pytest
 
 from railyard import exitcodes
 from railyard.drift import compare
 from railyard.drift.compare import subset_diff
+from railyard.drift.kubernetes import observation, quantity
 from railyard.drift.observed import (
     FileChange,
     FilesObservation,
@@ -20,6 +22,8 @@ from railyard.drift.observed import (
     UnitState,
     Unreachable,
 )
+from railyard.load import load_plan
+from tests.conftest import ROOT
 from tests.drift.recorded import clean_observed, files_obs, k8s_obs, nodes_obs, slurm_obs
 
 UP = "`railyard up --stack lab`"
@@ -387,6 +391,52 @@ def test_kubernetes_label_value_node_and_objects(lab_plan):
         f"`kubectl label --overwrite node kw2 topology.railyard.dev/su=su2`, or {UP}"),
         "node kw9 is registered in Kubernetes but not in the spec — `kubectl delete node kw9`, or add it to the spec",
     ]
+
+
+def test_kubernetes_capacity_of_a_kubelets_node(lab_plan):
+    """The lab's workers run kubelets: the GPUs railyard sets must be the spec's 2, the CPUs
+    and memory the kubelet measures at least the spec's 2 and 1000 MB (more is fine)."""
+    def mutate(nodes, _lists):
+        by_name = {n["metadata"]["name"]: n for n in nodes["items"]}
+        del by_name["kw1"]["status"]["capacity"]["nvidia.com/gpu"]
+        by_name["kw2"]["status"]["capacity"].update({"cpu": "1", "memory": "999Mi", "nvidia.com/gpu": "3"})
+
+    assert compare(lab_plan, Observed(kubernetes=k8s_obs())).findings == ()
+    found = compare(lab_plan, Observed(kubernetes=k8s_obs(mutate))).findings
+    assert [(f.subject, f.kind, f.message) for f in found] == [
+        ("kw1", "capacity_value", "kw1: capacity nvidia.com/gpu is missing, the plan has 2"),
+        ("kw2", "capacity_short", "kw2 reports cpu 1, less than the spec's 2"),
+        ("kw2", "capacity_short", "kw2 reports memory 999Mi, less than the spec's 1000Mi"),
+        ("kw2", "capacity_value", "kw2: capacity nvidia.com/gpu is 3, the plan has 2"),
+    ]
+    assert found[0].fix == f"{UP} sets it"
+
+
+def test_kubernetes_capacity_of_a_kwok_node_is_all_railyards():
+    """A KWOK Node (every spec but the lab's) reports exactly what railyard registered: the
+    dgx-h100 workers' 2 x 56 x 2 CPUs, 2,000,000 MB and 8 GPUs; more CPUs is drift too."""
+    plan = load_plan(ROOT / "inventories/dgx-h100/cluster.yaml")
+    assert plan.k8s_worker_agent == "kwok"
+    want = {"cpu": "224", "memory": "2000000Mi", "pods": "110", "nvidia.com/gpu": "8"}
+    nodes = {"items": [{"metadata": {"name": n, "labels": dict(plan.kubernetes.labels[n])},
+                        "status": {"capacity": dict(want)}} for n in plan.kubernetes.workers]}
+
+    def capacity_findings():
+        return [f for f in compare(plan, Observed(kubernetes=observation(nodes, []))).findings
+                if f.kind.startswith("capacity")]
+
+    assert capacity_findings() == []
+    nodes["items"][0]["status"]["capacity"]["cpu"] = "256"
+    found = capacity_findings()
+    assert [(f.subject, f.kind, f.expected, f.observed) for f in found] == [("dgx097", "capacity_value", "cpu=224", "cpu=256")]
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("2", 2), ("1000Mi", 1000 * 2**20), ("1Gi", 1024 * 2**20), ("24683664Ki", 24683664 * 1024),
+    ("500m", 0.5), ("1k", 1000), ("1.5G", 1_500_000_000), ("", None), ("Mi", None), ("two", None),
+])
+def test_kubernetes_quantities_compare_by_value(text, value):
+    assert quantity(text) == (None if value is None else Decimal(str(value)))
 
 
 def test_kubernetes_not_deployed_is_a_note_not_drift(lab_plan):

@@ -7,41 +7,26 @@ from typing import Any
 import yaml
 
 
-def _mebibytes(mb: int) -> str:
-    """*mb* MiB as the apiserver writes it back (``2048000Mi`` reads back as ``2000Gi``),
-    so comparing with what it holds is stable."""
-    suffix = iter(("Gi", "Ti", "Pi", "Ei"))
-    unit = "Mi"
-    while mb and mb % 1024 == 0 and unit != "Ei":
-        mb, unit = mb // 1024, next(suffix)
-    return f"{mb}{unit}" if mb else "0"
-
-
 def k8s_node(
     name: str,
     labels: dict[str, str],
-    hardware: dict[str, Any],
-    gpus: dict[str, Any] | None,
+    capacity: dict[str, str],
     address: str,
     annotations: dict[str, str] | None = None,
     agent: str = "kwok",
 ) -> dict[str, Any]:
     """The Node a worker registers: the plan's labels, and the plan's capacity in status.
 
-    With KWOK (*agent* ``kwok``) capacity is what the spec says the node has (CPUs, memory
-    in Mi, ``nvidia.com/gpu``), so Kueue's quotas and kube-scheduler count the same GPUs as
-    Slurm's gres.conf does. A real kubelet reports CPUs, memory and addresses itself: then
-    only the plan's ``nvidia.com/gpu`` is set (an extended resource the kubelet keeps, as
-    a device plugin would advertise it), and status is empty on a node without GPUs.
+    *capacity* is the compiler's (``railyard_node_capacity``: CPUs, memory, pods and
+    ``nvidia.com/gpu`` in the apiserver's own form), so Kueue's quotas and kube-scheduler
+    count the same GPUs as Slurm's gres.conf does. With KWOK (*agent* ``kwok``) status
+    carries all of it. A real kubelet measures CPUs, memory, pods and addresses itself:
+    then only the extended resources (``nvidia.com/gpu``, as a device plugin would
+    advertise them) are set, and status is empty on a node without GPUs.
     """
     if agent not in ("kwok", "kubelet"):
         raise ValueError(f"k8s_node: agent must be kwok or kubelet, not {agent!r}")
-    cpus = int(hardware["sockets"]) * int(hardware["cores_per_socket"]) * int(hardware["threads_per_core"])
-    cap = {"cpu": str(cpus), "memory": _mebibytes(int(hardware["memory_mb"])), "pods": "110"}
-    if agent == "kubelet":
-        cap = {}
-    if gpus and int(gpus.get("count", 0)):
-        cap["nvidia.com/gpu"] = str(int(gpus["count"]))
+    cap = {str(k): str(v) for k, v in capacity.items() if agent == "kwok" or "/" in str(k)}
     meta: dict[str, Any] = {
         "name": name,
         "labels": {**labels, "kubernetes.io/hostname": name, "kubernetes.io/os": "linux"},
