@@ -211,6 +211,16 @@ def test_slurm_roles_copy_every_file_the_render_can_write(role):
     assert roles.default(ROOT, role, f"{role}_config_files") == list(SLURM_CONFIG_FILES)
 
 
+def test_workers_reach_the_api_port_the_control_plane_serves():
+    """The port is k8s_control_plane's (railyard's outputs read it there); k8s_worker keeps
+    a literal default so the role works alone, and it must be the same."""
+    from railyard.apply import roles
+
+    port = roles.default(ROOT, "k8s_control_plane", "k8s_control_plane_api_port")
+    assert port == 6443
+    assert roles.default(ROOT, "k8s_worker", "k8s_worker_api_port") == port
+
+
 @pytest.mark.parametrize("name", sorted(PLANS))
 def test_slurm_config_files_are_the_rendered_top_of_slurm(name):
     art = render(PLANS[name])
