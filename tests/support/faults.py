@@ -202,6 +202,19 @@ FAULTS: tuple[Fault, ...] = (
          _files("kw2", "service", "service kubelet is inactive")),
     ),
     Fault(
+        # after the kubelet stopped: a running kubelet leaves extended resources alone, but
+        # nothing here should depend on that. Kueue and kube-scheduler now see no GPUs on kw2.
+        "a worker's GPUs zeroed in its Node status", "kcp1",
+        f"{KUBECTL} patch node kw2 --subresource=status --type=merge "
+        """-p '{"status": {"capacity": {"nvidia.com/gpu": "0"}, "allocatable": {"nvidia.com/gpu": "0"}}}'\n"""
+        f"test \"$({KUBECTL} get node kw2 -o jsonpath='{{.status.capacity.nvidia\\.com/gpu}}')\" = 0",
+        (Want("kubernetes", "kw2", "capacity_value", "kw2: capacity nvidia.com/gpu is 0, the plan has 2"),),
+        # k8s_worker's read of the Node's capacity (node.yml) on the control plane; kw2's
+        # pair runs in check mode anyway (its kubelet is stopped)
+        may=(Want("files", "kw2", "task_changed", "Read the Node's capacity"),
+             Want("files", "kcp1", "task_changed", "Read the Node's capacity")),
+    ),
+    Fault(
         "Kueue manager stopped", "kcp1", "systemctl stop kueue",
         (Want("nodes", "kcp1", "unit_inactive", "kueue.service is inactive"),
          _files("kcp1", "service", "service kueue is inactive")),
