@@ -371,7 +371,13 @@ def _where(data: dict[str, Any]) -> str:
 
 
 def _msg(res: dict[str, Any]) -> str:
-    text = str(res.get("msg") or res.get("stderr") or res.get("reason") or "").strip()
+    """A failed result in one line. A command's own "non-zero return code" says nothing:
+    then its exit status and the last line of its stderr, where commands put the reason."""
+    msg = str(res.get("msg") or "").strip()
+    err = [line for line in str(res.get("stderr") or "").splitlines() if line.strip()]
+    if err and msg in ("", "non-zero return code"):
+        return f"exit {res.get('rc')}: {err[-1].strip()}"[:300]
+    text = msg or str(res.get("reason") or "").strip()
     return text.splitlines()[0][:300] if text else ""
 
 

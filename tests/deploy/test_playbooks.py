@@ -158,6 +158,18 @@ def test_progress_lines() -> None:
     ]
 
 
+def test_a_failed_command_says_why() -> None:
+    """A command's "non-zero return code" gives way to its exit status and its stderr's last line."""
+    p = Progress()
+    err = "Warning: resource is missing an annotation\nError from server (Timeout): the server was unable to return a response\n"
+    lines = p.feed(_event("runner_on_failed", "kcp1", "Apply", "k8s_control_plane", rc=1, stderr=err,
+                          msg="non-zero return code"))
+    assert lines == [("info", ("FAILED: [kcp1] k8s_control_plane : Apply: exit 1: "
+                                "Error from server (Timeout): the server was unable to return a response"))]
+    other = p.feed(_event("runner_on_failed", "kcp1", "Check", "k8s_control_plane", rc=2, stderr="x", msg="assertion failed"))
+    assert other == [("info", "FAILED: [kcp1] k8s_control_plane : Check: assertion failed")]
+
+
 def test_progress_never_shows_module_arguments() -> None:
     p = Progress()
     lines = p.feed({"event": "runner_on_failed", "event_data": {
