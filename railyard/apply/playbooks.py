@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from railyard import builds
 from railyard.compiler import Plan
 from railyard.hostlist import fold
 
@@ -79,9 +80,9 @@ def _package_vars(prefix: str, which: str) -> Callable[[Plan], dict[str, Any]]:
     return lambda p: {f"{prefix}_package": _package(p, which), f"{prefix}_package_required": not p.is_lab}
 
 
-# The Kubernetes release scripts/build-k8s.sh builds for the lab (its K8S_VERSION); the
-# lab spec pins its minor (tests/test_k8s_objects.py checks both).
-LAB_K8S_RELEASE = "1.35.4"
+# The Kubernetes release scripts/build-k8s.sh builds for the lab; the lab spec pins its
+# minor (validate refuses another; tests/test_k8s_objects.py checks the build).
+LAB_K8S_RELEASE = builds.KUBERNETES
 # The one image the lab's kubelets run (scripts/build-k8s.sh images): workload and sandbox.
 LAB_IMAGE = "localhost/railyard/busybox:1"
 
