@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from railyard.apply import roles as role_facts
+
 ROOT = Path(__file__).resolve().parent.parent
 ROLES = sorted(p for p in (ROOT / "roles").iterdir() if (p / "tasks" / "main.yml").is_file())
 
@@ -49,3 +51,30 @@ def test_role_layout(role):
     for template in (role / "templates").glob("**/*.j2") if (role / "templates").is_dir() else []:
         first = template.read_text().splitlines()[0]
         assert "ansible_managed" in first, f"{template.relative_to(ROOT)} does not start with ansible_managed"
+
+
+def _imported_roles(role: Path) -> set[str]:
+    """Roles whose task files this role's tasks and handlers import or include."""
+    out = set()
+    for f in [*role.glob("tasks/*.yml"), *role.glob("handlers/*.yml")]:
+        def walk(tasks):
+            for t in tasks or []:
+                for key in ("ansible.builtin.import_role", "ansible.builtin.include_role", "import_role", "include_role"):
+                    if key in t:
+                        out.add(t[key]["name"])
+                for key in ("block", "rescue", "always"):
+                    walk(t.get(key))
+        walk(yaml.safe_load(f.read_text()))
+    return out
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_a_role_declares_the_roles_it_imports(role):
+    """meta/railyard.yml's uses lists every role whose task files this one runs, so that
+    their files are part of its digest (railyard/apply/playbooks.py, role_digest)."""
+    imported = _imported_roles(role)
+    declared = set(role_facts.uses(ROOT, role.name))
+    assert imported <= declared, f"{role.name}: meta/railyard.yml uses lacks {sorted(imported - declared)}"
+    direct = set(role_facts.facts(ROOT, role.name).get("uses") or [])
+    assert direct <= imported, f"{role.name}: uses {sorted(direct - imported)}, which it never imports"
+    assert all((ROOT / "roles" / r / "tasks").is_dir() for r in declared), f"{role.name}: uses a role that does not exist"
