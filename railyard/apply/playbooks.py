@@ -3,8 +3,9 @@
 Each role becomes one ``railyard:ansible:Playbook`` over its inventory group (Ansible's
 forks do the per-host fan-out). Roles whose hosts overlap run one after the other in
 table order; roles on disjoint hosts run side by side. The Playbook's ``digest`` covers the role's files,
-ansible.cfg, the rendered artifacts the role reads and the host variables of its hosts:
-a change to any of them re-runs exactly that role. Roles whose directory does not exist
+those of the roles whose task files it runs (``_shared``), ansible.cfg, the rendered artifacts
+the role reads and the host variables of its hosts: a change to any of them re-runs exactly
+that role. Roles whose directory does not exist
 yet are skipped with a note; whatever depended on them then waits for *their*
 dependencies instead, so the order stays right.
 """
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from railyard import builds
+from railyard.apply.roles import uses as roles_used
 from railyard.compiler import Plan
 from railyard.hostlist import fold
 
@@ -241,6 +243,18 @@ def tree_digest(path: Path) -> str:
     return h.hexdigest()
 
 
+def role_digest(root: Path, role: str) -> str:
+    """The role's files and those of every role it uses (``meta/railyard.yml``'s ``uses``,
+    e.g. the ``_shared`` task files): editing a shared task file re-runs each role that
+    imports it. A role that uses none keeps the digest of its own tree."""
+    own = tree_digest(root / "roles" / role)
+    used = roles_used(root, role)
+    if not used:
+        return own
+    parts = [own, *([u, tree_digest(root / "roles" / u)] for u in used)]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+
+
 def step_digest(step: Step, role_digest: str, config_digest: str, artifacts: dict[str, str],
                 hostvars: dict[str, Any]) -> str:
     h = hashlib.sha256()
@@ -289,7 +303,7 @@ def plan_playbooks(
         # Disjoint host sets still run in parallel (e.g. nfs_server next to munge).
         deps += [p.role for p in planned.values() if p.role not in deps and set(p.hosts) & set(hosts)]
         hv = {h: plan.inventory.hostvars[h] for h in hosts}
-        digest = step_digest(step, tree_digest(role_path), config_digest, artifacts, hv)
+        digest = step_digest(step, role_digest(root, step.role), config_digest, artifacts, hv)
         role_vars = ROLE_VARS.get(step.role, lambda _p: {})(plan)
         planned[step.role] = PlannedPlaybook(
             step.role, step.group, hosts, tuple(deps), digest, step.component, step.secrets, role_vars
