@@ -1,7 +1,8 @@
 """Hostlists (``gpu[001-032]``) through ClusterShell, the library Slurm sites already use.
 
 The common shapes take a short cut through ClusterShell's RangeSet: a name with one
-[range] (``gpu[0001-4096]``) and names with one number at the end (``gpu0001``). The
+[range] (``gpu[0001-4096]``; one span whose ends have as many digits is counted out
+directly) and names with one number at the end (``gpu0001``). The
 NodeSet parser, which handles every shape, costs tens of microseconds per name, seconds
 at the tens of thousands of nodes of the largest sites. Both paths give the same names
 and the same folded text (tests/test_hostlist.py compares them).
@@ -20,6 +21,7 @@ __all__ = ["HostlistError", "expand", "fold", "refold"]
 _PLAIN = re.compile(r"[A-Za-z._-]*")  # name characters but digits: no NodeSet operator
 _ONE_RANGE = re.compile(rf"({_PLAIN.pattern})\[([0-9,-]+)\]({_PLAIN.pattern})")  # gpu[001-032]
 _ONE_NUMBER = re.compile(rf"({_PLAIN.pattern})(\d+)")  # gpu001
+_SPAN = re.compile(r"(\d+)-(\d+)")  # 001-032
 
 
 class HostlistError(ValueError):
@@ -44,6 +46,12 @@ def _expand_chunk(chunk: str) -> Iterable[str]:
     m = _ONE_RANGE.fullmatch(chunk)
     if m is not None:
         prefix, ranges, suffix = m.groups()
+        span = _SPAN.fullmatch(ranges)
+        if span is not None and len(span[1]) == len(span[2]) and span[1] <= span[2]:
+            # one range whose ends have as many digits (gpu[00001-70240]): every number in it
+            # has that many, written as RangeSet would pad it, without its per-number sorting
+            width = len(span[1])
+            return [f"{prefix}{i:0{width}d}{suffix}" for i in range(int(span[1]), int(span[2]) + 1)]
         try:
             return [f"{prefix}{i}{suffix}" for i in RangeSet(ranges).striter()]
         except RangeSetParseError:
