@@ -8,6 +8,7 @@ given and says how to write it.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from typing import Annotated, Any
@@ -145,9 +146,13 @@ _ITEM = re.compile(_ITEM_RX)
 _BRACKETS = re.compile(r"\[([^\]]*)\]")
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def hostlist_size(text: str) -> int:
     """How many names a hostlist (``gpu[001-032],login1``) names, without expanding it.
-    Raises ValueError on anything beyond names, commas and numeric [ranges]."""
+    Raises ValueError on anything beyond names, commas and numeric [ranges].
+
+    Cached: a spec's hostlists are counted when each field is checked and again for the
+    spec's limits (Cluster._bounded), and every group's GPU devices are often one text."""
     if not text.strip():
         raise ValueError("an empty hostlist; write e.g. 'gpu[001-032],login1'")
     bad = _bad_char(text, r"[ -~]")
