@@ -276,8 +276,16 @@ def _network(value: Any) -> Any:
     return value
 
 
+_OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"  # 0-255, no leading zero: as ipaddress reads it
+_DOTTED = re.compile(rf"{_OCTET}\.{_OCTET}\.{_OCTET}\.{_OCTET}")
+
+
 def _address(value: Any) -> Any:
     if isinstance(value, str):
+        m = _DOTTED.fullmatch(value)
+        if m is not None:  # the usual form, without ipaddress's parser: a large spec pins 70,000
+            a, b, c, d = map(int, m.groups())
+            return ipaddress.IPv4Address(a << 24 | b << 16 | c << 8 | d)
         try:
             return ipaddress.IPv4Address(value)
         except ValueError:

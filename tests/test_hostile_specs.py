@@ -3,6 +3,7 @@ guess, no injected config. One case per class the issue lists."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import subprocess
@@ -13,9 +14,11 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import TypeAdapter, ValidationError
 
 from railyard import exitcodes
 from railyard.errors import SpecError
+from railyard.fieldtypes import IPv4Addr
 from railyard.load import load_plan, loads_plan
 from railyard.specload import MAX_ALIAS_NODES, MAX_BYTES, MAX_DEPTH, parse
 from tests.conftest import LAB, ROOT
@@ -132,6 +135,19 @@ def test_plain_text_is_read_as_pyyaml_reads_it(value):
         return  # not a scalar PyYAML reads (nor does railyard: it reports the text)
     assert parse(text, "t").data == expected
     assert type(parse(text, "t").data["v"]) is type(expected["v"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(st.integers(0, 300).map(str), st.sampled_from(["00", "01", "010", "255", "256", "-1", "", " 1", "1a"])),
+                min_size=3, max_size=5).map(".".join))
+def test_an_address_is_read_as_ipaddress_reads_it(text):
+    try:
+        expected = ipaddress.IPv4Address(text)
+    except ValueError:
+        with pytest.raises(ValidationError, match="is not an IPv4 address"):
+            TypeAdapter(IPv4Addr).validate_python(text)
+        return
+    assert TypeAdapter(IPv4Addr).validate_python(text) == expected
 
 
 def railyard(*args: str) -> subprocess.CompletedProcess:
