@@ -197,9 +197,10 @@ class _Builder:
             cls = type(event)
             if cls is scalar_event:
                 value = event.value
-                # The common case first: plain text seen before as a string, or quoted text.
+                # The common case first: plain text seen before as a string or that can only be
+                # one (a name, an address), or quoted text.
                 if event.tag is None and event.anchor is None and len(value) <= MAX_SCALAR_CHARS and (
-                    not event.implicit[0] or (plain.get(value) or (None, False))[1]
+                    not event.implicit[0] or (plain.get(value) or (None, False))[1] or _only_text(value)
                 ):
                     pass
                 else:
@@ -311,7 +312,7 @@ class _Builder:
                 if not known[1] and path is not None:
                     self.parsed.raw[path] = value
                 return known[0]
-            tag = _STR if _only_text(value) else self.loader.resolve(yaml.ScalarNode, value, event.implicit)
+            tag = self.loader.resolve(yaml.ScalarNode, value, event.implicit)
             if tag == _STR:
                 self.plain[value] = (value, True)
                 return value
