@@ -17,9 +17,9 @@ compile). Two shapes of the same size:
   5 MB in comments: a large real cluster whose operators document every rack in the spec.
 
 The dense shapes hold about 70,000 nodes, each with a pinned address: there reading (libyaml's
-events, the line of every key), pydantic (70,000 hostnames and addresses) and compiling
-(addresses, ClusterShell folding and, with the fabric, a graph of 1.1 million links) each
-take a second or so of CPU; the phases show which. (The CLI reads the spec with Python's
+events, the line of every key) takes about a second of CPU, pydantic (70,000 hostnames and
+addresses) half a second and compiling (addresses, roles, and with the fabric its 1.1
+million cables, kept as one bundle per SU and per pod) under one; the phases show which. (The CLI reads the spec with Python's
 cycle collector paused, as compile always runs; the read and pydantic phases timed here
 run with it on.)
 

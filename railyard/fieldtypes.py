@@ -8,6 +8,7 @@ given and says how to write it.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from typing import Annotated, Any
@@ -145,9 +146,13 @@ _ITEM = re.compile(_ITEM_RX)
 _BRACKETS = re.compile(r"\[([^\]]*)\]")
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def hostlist_size(text: str) -> int:
     """How many names a hostlist (``gpu[001-032],login1``) names, without expanding it.
-    Raises ValueError on anything beyond names, commas and numeric [ranges]."""
+    Raises ValueError on anything beyond names, commas and numeric [ranges].
+
+    Cached: a spec's hostlists are counted when each field is checked and again for the
+    spec's limits (Cluster._bounded), and every group's GPU devices are often one text."""
     if not text.strip():
         raise ValueError("an empty hostlist; write e.g. 'gpu[001-032],login1'")
     bad = _bad_char(text, r"[ -~]")
@@ -271,8 +276,16 @@ def _network(value: Any) -> Any:
     return value
 
 
+_OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"  # 0-255, no leading zero: as ipaddress reads it
+_DOTTED = re.compile(rf"{_OCTET}\.{_OCTET}\.{_OCTET}\.{_OCTET}")
+
+
 def _address(value: Any) -> Any:
     if isinstance(value, str):
+        m = _DOTTED.fullmatch(value)
+        if m is not None:  # the usual form, without ipaddress's parser: a large spec pins 70,000
+            a, b, c, d = map(int, m.groups())
+            return ipaddress.IPv4Address(a << 24 | b << 16 | c << 8 | d)
         try:
             return ipaddress.IPv4Address(value)
         except ValueError:

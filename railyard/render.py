@@ -215,7 +215,7 @@ def plan_summary(plan: Plan) -> dict[str, Any]:
                 for level, groups in fabric.groups.items()
             },
             "switches": len(fabric.switches),
-            "links": sum(c for _, _, c in fabric.links),
+            "links": sum(links.total for links in fabric.links),
         },
         "slurm": None
         if plan.slurm is None

@@ -10,10 +10,11 @@ import sys
 import pytest
 import yaml
 
+from railyard.compiler.fabric import Fabric, Links
 from railyard.compiler.storage import systemd_escape_path
 from railyard.hostlist import expand
 from railyard.load import load_plan, loads_plan
-from railyard.render import SLURM_CONFIG_FILES, render, slurm_config_files
+from railyard.render import SLURM_CONFIG_FILES, plan_summary, render, slurm_config_files
 from tests.conftest import EXAMPLES, ROOT
 
 PLANS = {p.parent.name: load_plan(p) for p in EXAMPLES}
@@ -138,6 +139,40 @@ def test_three_tier_fabric_has_pods_under_core():
     pods = {s.name: expand(s.switches) for s in plan.slurm.switches if s.name.startswith("pod")}
     assert pods["pod1"] == ["su1", "su2", "su3", "su4"]
     assert plan.fabric.levels == ("core", "spine", "su")
+
+
+def test_rail_optimized_links_are_one_bundle_per_su_and_per_spine_group(lab_plan):
+    # inventories/lab: SUs gpu[001-002],kw1 and gpu[003-004],kw2; 2 rails; 2 spines, 1 link per leaf
+    su1, su2, up = lab_plan.fabric.links
+    assert (su1.lower, su1.upper, su1.count) == (("gpu001", "gpu002", "kw1"), ("su1-rail0", "su1-rail1"), 1)
+    assert (su2.lower, su2.upper) == (("gpu003", "gpu004", "kw2"), ("su2-rail0", "su2-rail1"))
+    assert (up.lower, up.upper) == (("su1-rail0", "su1-rail1", "su2-rail0", "su2-rail1"), ("spine1", "spine2"))
+    # 6 nodes x 2 rails, and 4 leaves x 2 spines
+    assert [links.total for links in lab_plan.fabric.links] == [6, 6, 8]
+    assert plan_summary(lab_plan)["fabric"]["links"] == 20
+
+
+def test_fabric_cables_are_every_pair_of_ends_of_each_bundle():
+    fabric = Fabric("400G", (), (Links(("n1", "n2"), ("leaf1", "leaf2")), Links(("leaf1", "leaf2"), ("spine1",), 3)), ())
+    assert sorted(fabric.cables()) == [
+        ("leaf1", "spine1", 3), ("leaf2", "spine1", 3),
+        ("n1", "leaf1", 1), ("n1", "leaf2", 1), ("n2", "leaf1", 1), ("n2", "leaf2", 1),
+    ]
+    assert [links.total for links in fabric.links] == [4, 6]
+
+
+def test_three_tier_links_have_a_bundle_per_pod_and_its_spines_to_the_core():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from compile_bench import spec_text
+
+    # 512 nodes: 16 SUs of 32 on 8 rails, 4 SUs per pod (4 pods of 32 spines), 16 // 4 * 32 // 64 * 2 = 4 cores
+    plan = loads_plan(spec_text(512))
+    links = plan.fabric.links
+    assert len(links) == 16 + 4 * 2
+    pod1_leaves, pod1_core = links[16], links[17]
+    assert len(pod1_leaves.lower) == 4 * 8 and pod1_leaves.upper[0] == "pod1-spine1" and len(pod1_leaves.upper) == 32
+    assert pod1_core.upper == ("core1", "core2", "core3", "core4") and len(pod1_core.lower) == 32
+    assert sum(1 for _ in plan.fabric.cables()) == 512 * 8 + 4 * 32 * 32 + 4 * 32 * 4
 
 
 def test_explicit_fabric_leaves_sharing_nodes_are_one_switch(lab):

@@ -3,6 +3,7 @@ guess, no injected config. One case per class the issue lists."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import subprocess
@@ -11,9 +12,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import TypeAdapter, ValidationError
 
 from railyard import exitcodes
 from railyard.errors import SpecError
+from railyard.fieldtypes import IPv4Addr
 from railyard.load import load_plan, loads_plan
 from railyard.specload import MAX_ALIAS_NODES, MAX_BYTES, MAX_DEPTH, parse
 from tests.conftest import LAB, ROOT
@@ -114,6 +119,35 @@ def test_duplicate_keys_name_both_lines():
 def test_merge_keys_still_work():
     parsed = parse("a: &x {b: 1, e: 5}\nc:\n  <<: *x\n  b: 3\n", "m")
     assert parsed.data["c"] == {"b": 3, "e": 5}
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(st.text(alphabet="yYnNtTfFoOeElsu", min_size=1, max_size=8),
+                 st.text(alphabet="0123456789.:-+_eETZ", min_size=1, max_size=24),
+                 st.sampled_from(["10.0.0.5", "1.5", "1.5.6", "2002-12-14", "2001-12-14t21:59:43.10-05:00",
+                                  "190:20:30.15", "1_000.5", "0.5e+3", "falsey", "nodes", "no", "Off"])))
+def test_plain_text_is_read_as_pyyaml_reads_it(value):
+    # the short cut (specload._only_text) decides before PyYAML's resolvers would
+    text = f"v: {value}\n"
+    try:
+        expected = yaml.safe_load(text)
+    except (yaml.YAMLError, ValueError):
+        return  # not a scalar PyYAML reads (nor does railyard: it reports the text)
+    assert parse(text, "t").data == expected
+    assert type(parse(text, "t").data["v"]) is type(expected["v"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(st.integers(0, 300).map(str), st.sampled_from(["00", "01", "010", "255", "256", "-1", "", " 1", "1a"])),
+                min_size=3, max_size=5).map(".".join))
+def test_an_address_is_read_as_ipaddress_reads_it(text):
+    try:
+        expected = ipaddress.IPv4Address(text)
+    except ValueError:
+        with pytest.raises(ValidationError, match="is not an IPv4 address"):
+            TypeAdapter(IPv4Addr).validate_python(text)
+        return
+    assert TypeAdapter(IPv4Addr).validate_python(text) == expected
 
 
 def railyard(*args: str) -> subprocess.CompletedProcess:

@@ -46,7 +46,7 @@ def leaves_of(plan: Plan) -> dict[str, list[str]]:
         return {}
     leaves = [s.name for s in plan.fabric.switches if s.tier == "leaf"]
     out: dict[str, list[str]] = {}
-    for lower, upper, _count in plan.fabric.links:
+    for lower, upper, _count in plan.fabric.cables():
         if upper in leaves:
             out.setdefault(lower, [])
             if upper not in out[lower]:

@@ -60,8 +60,8 @@ class Plan:
 def cycle_collector_paused() -> Iterator[None]:
     """Python's cycle collector off for a while, as it was after.
 
-    Reading and compiling a large spec allocates millions of small objects (a tuple per
-    fabric cable, a string per name) that live as long as the plan. The collector runs
+    Reading and compiling a large spec allocates millions of small objects (a string per
+    name, a dict per YAML mapping, a model per group) that live as long as the plan. The collector runs
     every few hundred allocations and now and then walks every object alive, so on a
     70,000-node fabric it took a third of the compile time and freed nothing. Garbage
     made meanwhile is freed as usual; a cycle waits for the next collection after this."""

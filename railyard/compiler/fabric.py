@@ -16,8 +16,9 @@ NVLink domains are a second grouping, inside the leaf groups.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 
 from railyard.compiler.nodes import Node, hostlist_field
 from railyard.errors import Problem
@@ -54,11 +55,30 @@ class Group:
     switches: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class Links:
+    """Every lower end cabled to every upper end, ``count`` cables each.
+
+    An explicit fabric has one per link of the spec (one end each side). A rail-optimized
+    one has one per SU (its nodes to its rail leaves), per pod (its leaves to its spines)
+    and per pod's spines to the core: a 70,000-node fabric is a few thousand of these, not
+    a tuple per cable (1.1 million of them)."""
+
+    lower: tuple[str, ...]
+    upper: tuple[str, ...]
+    count: int = 1
+
+    @property
+    def total(self) -> int:
+        """Cables in all: each pair of ends, ``count`` times."""
+        return len(self.lower) * len(self.upper) * self.count
+
+
 @dataclass(frozen=True)
 class Fabric:
     link_speed: str
     switches: tuple[FabricSwitch, ...]
-    links: tuple[tuple[str, str, int], ...]  # (lower end, upper end, parallel links)
+    links: tuple[Links, ...]
     levels: tuple[str, ...]  # top to bottom, e.g. ("spine", "su", "nvlink")
     groups: dict[str, tuple[Group, ...]] = field(default_factory=dict)  # level -> groups in order
 
@@ -76,13 +96,20 @@ class Fabric:
         sus = self.groups.get("su", ())
         return tuple(n for g in sus for n in g.nodes)
 
+    def cables(self) -> Iterator[tuple[str, str, int]]:
+        """(lower end, upper end, parallel cables) for each pair of ends cabled together."""
+        for links in self.links:
+            for lower in links.lower:
+                for upper in links.upper:
+                    yield lower, upper, links.count
+
 
 # ---------------------------------------------------------------- graph generation
 
 
 def _rail_optimized(
     spec: RailOptimized, nodes: dict[str, Node], problems: list[Problem]
-) -> tuple[list[FabricSwitch], list[tuple[str, str, int]], list[tuple[str, list[str]]]]:
+) -> tuple[list[FabricSwitch], list[Links], list[tuple[str, list[str]]]]:
     base = "fabric.rail_optimized"
     sus: list[tuple[str, list[str]]] = []
     if spec.scalable_units is not None:
@@ -118,41 +145,35 @@ def _rail_optimized(
                 )
             seen.setdefault(name, su)
     switches: list[FabricSwitch] = []
-    links: list[tuple[str, str, int]] = []
+    links: list[Links] = []
     listed = spec.scalable_units is not None
-    rail_leaves: list[list[str]] = []  # per SU, its leaf per rail: named once, linked many times
+    rail_leaves: list[tuple[str, ...]] = []  # per SU, its leaf per rail
     for i, (su, members) in enumerate(sus):
         su_path = f"{base}.scalable_units[{i}].name" if listed else None
-        rail_leaves.append([f"{su}-rail{rail}" for rail in range(spec.rails)])
-        for leaf in rail_leaves[-1]:
-            switches.append(
-                FabricSwitch(leaf, "leaf", spec.leaf_radix, su, f"{base}.leaf_radix", su_path)
-            )
-            links.extend((node, leaf, 1) for node in members)
+        rail_leaves.append(tuple(f"{su}-rail{rail}" for rail in range(spec.rails)))
+        switches.extend(
+            FabricSwitch(leaf, "leaf", spec.leaf_radix, su, f"{base}.leaf_radix", su_path) for leaf in rail_leaves[-1]
+        )
+        links.append(Links(tuple(members), rail_leaves[-1]))
 
     spine_path = f"{base}.spines.radix"
     uplinks = spec.spines.links_per_leaf
     if spec.core is None:
-        spines = [f"spine{k}" for k in range(1, spec.spines.count + 1)]
+        spines = tuple(f"spine{k}" for k in range(1, spec.spines.count + 1))
         switches.extend(FabricSwitch(s, "spine", spec.spines.radix, "spine", spine_path) for s in spines)
-        for leaves in rail_leaves:
-            for leaf in leaves:
-                links.extend((leaf, s, uplinks) for s in spines)
+        links.append(Links(tuple(chain.from_iterable(rail_leaves)), spines, uplinks))
     else:
         per = spec.core.sus_per_group
-        cores = [f"core{k}" for k in range(1, spec.core.count + 1)]
+        cores = tuple(f"core{k}" for k in range(1, spec.core.count + 1))
         switches.extend(
             FabricSwitch(c, "core", spec.core.radix, "core", f"{base}.core.radix") for c in cores
         )
         for p in range(0, len(sus), per):
             pod = f"pod{p // per + 1}"
-            spines = [f"{pod}-spine{k}" for k in range(1, spec.spines.count + 1)]
+            spines = tuple(f"{pod}-spine{k}" for k in range(1, spec.spines.count + 1))
             switches.extend(FabricSwitch(s, "spine", spec.spines.radix, pod, spine_path) for s in spines)
-            for leaves in rail_leaves[p : p + per]:
-                for leaf in leaves:
-                    links.extend((leaf, s, uplinks) for s in spines)
-            for s in spines:
-                links.extend((s, c, spec.core.links_per_spine) for c in cores)
+            links.append(Links(tuple(chain.from_iterable(rail_leaves[p : p + per])), spines, uplinks))
+            links.append(Links(spines, cores, spec.core.links_per_spine))
 
     for su, members in sus:
         for name in members:
@@ -172,7 +193,7 @@ def _rail_optimized(
 
 def _explicit(
     spec: Explicit, nodes: dict[str, Node], problems: list[Problem]
-) -> tuple[list[FabricSwitch], list[tuple[str, str, int]]]:
+) -> tuple[list[FabricSwitch], list[Links]]:
     base = "fabric.explicit"
     switches: list[FabricSwitch] = []
     tier_of: dict[str, str] = {}
@@ -197,7 +218,7 @@ def _explicit(
         )
 
     order = {"node": 0, "leaf": 1, "spine": 2, "core": 3}
-    links: list[tuple[str, str, int]] = []
+    links: list[Links] = []
     nic_count: dict[str, int] = defaultdict(int)
     for i, link in enumerate(spec.links):
         ends = []
@@ -224,7 +245,7 @@ def _explicit(
             continue
         if lo[1] == "node":
             nic_count[lo[0]] += link.count
-        links.append((lo[0], hi[0], link.count))
+        links.append(Links((lo[0],), (hi[0],), link.count))
 
     for name, count in nic_count.items():
         node = nodes[name]
@@ -263,13 +284,17 @@ class _UnionFind:
                 self.parent[r] = root
 
 
-def _check_ports(switches: list[FabricSwitch], links: list[tuple[str, str, int]], problems: list[Problem]) -> None:
+def _check_ports(switches: list[FabricSwitch], links: list[Links], problems: list[Problem]) -> None:
     used: dict[str, int] = defaultdict(int)
     down: dict[str, int] = defaultdict(int)
-    for lo, hi, count in links:
-        used[lo] += count
-        used[hi] += count
-        down[hi] += count
+    for bundle in links:
+        per_lower = bundle.count * len(bundle.upper)  # each lower end's cables up
+        per_upper = bundle.count * len(bundle.lower)  # each upper end's cables down
+        for lo in bundle.lower:
+            used[lo] += per_lower
+        for hi in bundle.upper:
+            used[hi] += per_upper
+            down[hi] += per_upper
     over: dict[str, list[FabricSwitch]] = defaultdict(list)
     for sw in switches:
         if used[sw.name] > sw.radix:
@@ -289,7 +314,7 @@ def _check_ports(switches: list[FabricSwitch], links: list[tuple[str, str, int]]
 
 def _derive_groups(
     switches: list[FabricSwitch],
-    links: list[tuple[str, str, int]],
+    links: list[Links],
     problems: list[Problem],
     base: str,
     origin: dict[tuple[str, str], list[str | None]],
@@ -304,9 +329,13 @@ def _derive_groups(
     label = {s.name: s.group for s in switches}
     by_name = {s.name: s for s in switches}
     index = {s.name: i for i, s in enumerate(switches)}  # groups come in switch order
-    up: dict[str, list[str]] = defaultdict(list)  # lower end -> upper switches
-    for lo, hi, _ in links:
-        up[lo].append(hi)
+    # lower end -> the upper ends it is cabled to, in link order: in a rail-optimized fabric
+    # the tuple of its SU's leaves itself, shared by all the SU's nodes
+    uppers: dict[str, list[tuple[str, ...]]] = defaultdict(list)
+    for bundle in links:
+        for lo in bundle.lower:
+            uppers[lo].append(bundle.upper)
+    up = {lo: ends[0] if len(ends) == 1 else tuple(chain.from_iterable(ends)) for lo, ends in uppers.items()}
 
     groups: dict[str, list[Group]] = {}
     group_of: dict[str, str] = {}
@@ -321,21 +350,25 @@ def _derive_groups(
         uf = _UnionFind()
         for s in tier_switches:
             uf.find(s)
-        # the switches of this tier each member of the tier below reaches, each once
-        reached = [
-            list(dict.fromkeys(hi for m in members for hi in up.get(m, ()) if tier_of.get(hi) == tier))
-            for _name, members, _nodes in below
-        ]
+        # the switches of this tier each member of the tier below reaches, each once; worked
+        # out once per distinct tuple of upper ends (the 32 nodes of an SU share one)
+        reach_of: dict[tuple[str, ...], tuple[str, ...]] = {}
+        reached: list[tuple[str, ...]] = []
+        for _name, members, _nodes in below:
+            ends = up.get(members[0], ()) if len(members) == 1 else tuple(chain.from_iterable(up.get(m, ()) for m in members))
+            if ends not in reach_of:
+                reach_of[ends] = tuple(dict.fromkeys(hi for hi in ends if tier_of.get(hi) == tier))
+            reached.append(reach_of[ends])
         # Units that reach the same switches (the 32 nodes of an SU, say) join them once.
-        for reach in dict.fromkeys(map(tuple, reached)):
-            uf.union(reach)
+        for same in dict.fromkeys(reached):
+            uf.union(same)
         comps: dict[str, list[str]] = defaultdict(list)
         for s in tier_switches:
             comps[uf.find(s)].append(s)
         # children (below-groups) and nodes per component, in the order first reached
         children: dict[str, list[str]] = defaultdict(list)
         nodes: dict[str, list[str]] = defaultdict(list)
-        reaches: dict[str, list[tuple[str, list[str], list[str]]]] = defaultdict(list)  # (unit, its ends, reach)
+        reaches: dict[str, list[tuple[str, list[str], tuple[str, ...]]]] = defaultdict(list)  # (unit, its ends, reach)
         orphans = []
         for (name, lower, member_nodes), reach in zip(below, reached, strict=True):
             if not reach:
@@ -403,7 +436,7 @@ def _merged(
     members: list[str],
     labels: list[str],
     below: list[tuple[str, list[str], tuple[str, ...]]],
-    up: dict[str, list[str]],
+    up: dict[str, tuple[str, ...]],
     by_name: dict[str, FabricSwitch],
 ) -> Problem:
     """Switches that carry two group names but are one group: refuse, never merge silently."""
@@ -435,7 +468,7 @@ def _merged(
 
 def _bridged(
     tier: str,
-    units: list[tuple[str, list[str], list[str]]],
+    units: list[tuple[str, list[str], tuple[str, ...]]],
     by_name: dict[str, FabricSwitch],
     link_paths: dict[tuple[str, str], str],
     base: str,

@@ -204,8 +204,10 @@ def _assign_addresses(
     taken: dict[int, str] = {}
     out: dict[str, str] = {}
 
+    network, broadcast = int(net.network_address), int(net.broadcast_address)
+
     def inside(addr: ipaddress.IPv4Address) -> bool:
-        return addr in net and int(addr) not in (int(net.network_address), int(net.broadcast_address))
+        return network < int(addr) < broadcast  # in the network, and neither of those two
 
     # Explicit per-node addresses first, so automatic ones flow around them.
     for gi, group, names in groups:
