@@ -106,6 +106,21 @@ def test_kwok_rbac_binds_upstreams_role_to_the_group():
                                             "name": "railyard:kwok"}]
 
 
+
+def test_kubelet_client_binding_names_one_user_and_the_role():
+    out = cp.k8s_user_cluster_role_binding("kube-apiserver-kubelet-client", "system:kubelet-api-admin",
+                                           "railyard:kube-apiserver-kubelet-client")
+    assert out == {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "railyard:kube-apiserver-kubelet-client"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:kubelet-api-admin"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "kube-apiserver-kubelet-client"}],
+    }
+    with pytest.raises(ValueError):
+        cp.k8s_user_cluster_role_binding("", "system:kubelet-api-admin", "x")
+
+
 WEBHOOKS = """
 apiVersion: admissionregistration.k8s.io/v1
 kind: MutatingWebhookConfiguration
