@@ -1,6 +1,8 @@
 """What makes `kubectl logs/exec` work, as the roles render it: the apiserver's kubelet
-client and the CA it checks kubelets with (kube-apiserver.service.j2). Expected values are
-literals (kubeadm's names and flags)."""
+client and the CA it checks kubelets with (kube-apiserver.service.j2), and a kubelet
+serving the cluster CA's certificate to callers it authenticates by that CA and
+authorises through the apiserver (kubelet-config.yaml.j2). Expected values are literals
+(kubeadm's names, the kubelet's configuration fields)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 CP = ROOT / "roles/k8s_control_plane"
+WORKER = ROOT / "roles/k8s_worker"
 
 
 def _render(path: Path, variables: dict) -> str:
@@ -49,3 +52,14 @@ def test_the_kubelet_client_is_kubeadms_user_bound_to_kubelet_api_admin_only():
     assert client == {"name": "apiserver-kubelet-client", "cn": "kube-apiserver-kubelet-client",
                       "role": "system:kubelet-api-admin", "binding": "railyard:kube-apiserver-kubelet-client"}
 
+
+def test_the_kubelet_serves_the_cluster_cas_certificate_to_callers_the_apiserver_authorises():
+    for in_container in (False, True):
+        config = yaml.safe_load(_render(WORKER / "templates/kubelet-config.yaml.j2", {
+            "_k8s_worker_pki": "/etc/kubernetes/kubelet/pki", "k8s_worker_node_in_container": in_container}))
+        assert config["tlsCertFile"] == "/etc/kubernetes/kubelet/pki/kubelet-serving.crt"
+        assert config["tlsPrivateKeyFile"] == "/etc/kubernetes/kubelet/pki/kubelet-serving.key"
+        assert config["authentication"] == {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
+                                            "x509": {"clientCAFile": "/etc/kubernetes/kubelet/pki/ca.crt"}}
+        assert config["authorization"] == {"mode": "Webhook"}
+        assert config["readOnlyPort"] == 0
