@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from railyard import builds
 from railyard.errors import Problem, SpecError
 from railyard.fieldtypes import (
     MAX_HOSTS,
@@ -92,9 +93,10 @@ class SecretRef(Strict):
 
 class Versions(Strict):
     slurm: SlurmVersion = "24.11"  # Debian 13 (trixie) and what sites run; 22.05 is past its end of life
-    kubernetes: Annotated[str, Field(pattern=r"^1\.\d{2}$")] = "1.35"  # scripts/build-k8s.sh builds v1.35.4
-    kueue: Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+$")] = "0.17.0"
-    volcano: Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+$")] = "1.14.1"
+    # the releases railyard installs (railyard/builds.py: what scripts/build-k8s.sh builds)
+    kubernetes: Annotated[str, Field(pattern=r"^1\.\d{2}$")] = builds.kubernetes_minor()
+    kueue: Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+$")] = builds.KUEUE
+    volcano: Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+$")] = builds.VOLCANO
 
 
 class ClusterMeta(Strict):

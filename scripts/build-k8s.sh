@@ -28,15 +28,22 @@
 # Be gentle: every build runs under `nice -n 19` with `-p=1` (override GO_P).
 set -euo pipefail
 
-K8S_VERSION=${K8S_VERSION:-v1.35.4}
-KUEUE_VERSION=${KUEUE_VERSION:-v0.17.0}
-KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
-VOLCANO_VERSION=${VOLCANO_VERSION:-v1.14.1}
+# Default releases: railyard/builds.py, the one place that says what railyard installs
+# (validate refuses a spec that names another).
+builds_py=$(cd "$(dirname "$0")/.." && pwd)/railyard/builds.py
+build_of() { sed -n "s/^$1 = \"\([0-9.]*\)\"\$/\1/p" "$builds_py"; }
+K8S_VERSION=${K8S_VERSION:-v$(build_of KUBERNETES)}
+KUEUE_VERSION=${KUEUE_VERSION:-v$(build_of KUEUE)}
+KWOK_VERSION=${KWOK_VERSION:-v$(build_of KWOK)}
+VOLCANO_VERSION=${VOLCANO_VERSION:-v$(build_of VOLCANO)}
 # volcano.sh/volcano replaces volcano.sh/apis by ./staging/..., which its module zip does
 # not carry: the build requires volcano.sh/apis at this version instead. The proxy serves
 # apis v1.13.0 and v1.14.0 (not v1.14.1, v1.15.x); VOLCANO_VERSION=v1.14.1
 # VOLCANO_APIS_VERSION=v1.14.0 builds (692 s on 2 busy cores).
-VOLCANO_APIS_VERSION=${VOLCANO_APIS_VERSION:-v1.14.0}
+VOLCANO_APIS_VERSION=${VOLCANO_APIS_VERSION:-v$(build_of VOLCANO_APIS)}
+for v in K8S_VERSION KUEUE_VERSION KWOK_VERSION VOLCANO_VERSION VOLCANO_APIS_VERSION; do
+    [[ ${!v} =~ ^v[0-9]+\.[0-9]+\.[0-9]+$ ]] || { printf 'build-k8s: ERROR: %s is "%s", not vX.Y.Z (railyard/builds.py)\n' "$v" "${!v}" >&2; exit 1; }
+done
 ETCD_SOURCE=${ETCD_SOURCE:-apt}          # apt | go
 ETCD_GO_VERSION=${ETCD_GO_VERSION:-v3.6.16}
 GO_P=${GO_P:-1}

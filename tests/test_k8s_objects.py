@@ -181,6 +181,7 @@ def test_drift_compares_each_workers_capacity_gpus_included(api, lab_plan):
         assert capacity_findings() == [
             "capacity_short: kw2 reports cpu 1, less than the spec's 2",
             "capacity_short: kw2 reports memory 512Mi, less than the spec's 1000Mi",
+            "capacity_value: kw1: allocatable nvidia.com/gpu is 0, the plan has 2",
             "capacity_value: kw1: capacity nvidia.com/gpu is 0, the plan has 2",
         ]
     finally:

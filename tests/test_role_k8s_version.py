@@ -13,7 +13,9 @@ wrong expected version).
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,7 @@ import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
+from railyard import builds
 from railyard.apply.playbooks import LAB_K8S_RELEASE, ROLE_VARS
 from railyard.load import load_plan
 from railyard.render import render
@@ -132,21 +135,29 @@ def test_role_vars_name_the_spec_versions():
     assert LAB_K8S_RELEASE.rsplit(".", 1)[0] == versions.kubernetes
 
 
-def _script_default(name: str) -> str:
-    text = (ROOT / "scripts/build-k8s.sh").read_text()
-    return re.search(rf"^{name}=\$\{{{name}:-v([0-9.]+)\}}$", text, re.MULTILINE).group(1)
-
-
 def test_lab_spec_roles_and_spec_defaults_are_what_build_k8s_builds():
     """The lab spec, the spec's defaults, the roles' defaults and LAB_K8S_RELEASE name what
-    scripts/build-k8s.sh builds by default, so the lab passes the roles' version checks
-    (the compiler cannot see the controller's binaries; the roles read them)."""
-    k8s, kueue, volcano = (_script_default(v) for v in ("K8S_VERSION", "KUEUE_VERSION", "VOLCANO_VERSION"))
+    scripts/build-k8s.sh builds by default (railyard/builds.py), so the lab passes the roles'
+    version checks (the compiler cannot see the controller's binaries; the roles read them)."""
+    k8s, kueue, volcano = "1.35.4", "0.17.0", "1.14.1"
+    assert (builds.KUBERNETES, builds.KUEUE, builds.VOLCANO) == (k8s, kueue, volcano)
     assert LAB_K8S_RELEASE == k8s
     assert _defaults("k8s_control_plane")["k8s_control_plane_version"] == k8s
     assert _defaults("k8s_worker")["k8s_worker_kubelet_version"] == k8s
+    assert _defaults("k8s_worker")["k8s_worker_kwok_version"] == builds.KWOK
     lab = yaml.safe_load(LAB.read_text())["cluster"]["versions"]
     for versions in (lab, Versions().model_dump()):
         assert (versions["kubernetes"], versions["kueue"], versions["volcano"]) == (k8s.rsplit(".", 1)[0], kueue, volcano)
     for inv in sorted((ROOT / "inventories").glob("*/cluster.yaml")):
         assert yaml.safe_load(inv.read_text())["cluster"]["versions"]["kubernetes"] == k8s.rsplit(".", 1)[0], inv
+
+
+def test_the_build_script_builds_the_releases_railyard_installs(tmp_path):
+    """scripts/build-k8s.sh takes its default releases from railyard/builds.py, the list
+    validate checks specs against: its cache directory is named by that Kubernetes build."""
+    proc = subprocess.run(["bash", str(ROOT / "scripts/build-k8s.sh"), "--print-bin"], capture_output=True, text=True,
+                          env={**os.environ, "RAILYARD_K8S_CACHE": str(tmp_path), "K8S_VERSION": ""}, check=True)
+    assert proc.stdout.strip() == f"{tmp_path}/v1.35.4/bin"
+    bad = subprocess.run(["bash", str(ROOT / "scripts/build-k8s.sh"), "--print-bin"], capture_output=True, text=True,
+                         env={**os.environ, "RAILYARD_K8S_CACHE": str(tmp_path), "KUEUE_VERSION": "0.17"}, check=False)
+    assert bad.returncode == 1 and 'KUEUE_VERSION is "0.17", not vX.Y.Z' in bad.stderr

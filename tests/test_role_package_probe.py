@@ -1,4 +1,4 @@
-"""The roles' ``*_packages_missing`` expressions, templated by Ansible itself.
+"""The package probe the roles share (roles/_shared/tasks/packages.yml), templated by Ansible.
 
 Each role asks dpkg-query which packages are installed and calls apt only for the
 missing ones (apt loads the whole package cache, about a second per host). An
@@ -12,46 +12,71 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-# role -> (registered dpkg-query result, the packages it asks about, extra vars)
+SHARED = ROOT / "roles" / "_shared" / "tasks" / "packages.yml"
+# role -> (the variable its import passes as _shared_packages, the defaults it comes from, extra vars)
 PROBES = {
-    "munge": ("__munge_dpkg", "munge_packages", {}),
-    "slurm_controller": ("__slurm_controller_dpkg", "slurm_controller_packages", {}),
-    "slurm_compute": ("__slurm_compute_dpkg", "slurm_compute_packages", {}),
-    "slurm_login": ("__slurm_login_dpkg", "slurm_login_packages", {}),
-    "nfs_client": ("__nfs_client_dpkg", "nfs_client_packages", {}),
-    "nfs_server": ("__nfs_server_dpkg", "nfs_server_ganesha_packages", {"__nfs_server_impl": "ganesha"}),
+    "munge": ("munge_packages", "munge_packages", {}),
+    "slurm_controller": ("slurm_controller_packages", "slurm_controller_packages", {}),
+    "slurm_compute": ("_slurm_compute_all_packages", "slurm_compute_packages", {}),
+    "slurm_login": ("_slurm_login_all_packages", "slurm_login_packages", {}),
+    "nfs_client": ("nfs_client_packages", "nfs_client_packages", {}),
+    "nfs_server": ("_nfs_server_packages", "nfs_server_ganesha_packages", {"__nfs_server_impl": "ganesha"}),
+    "k8s_control_plane": ("k8s_control_plane_packages", "k8s_control_plane_packages", {}),
+    "k8s_worker": ("_k8s_worker_all_packages", "k8s_worker_packages", {"k8s_worker_kubelet": "kwok"}),
 }
 
 
-def _missing(role: str, dpkg_lines: list[str]) -> list[str]:
-    registered, _packages, extra = PROBES[role]
-    var = f"_{role}_packages_missing"
-    play = [{
-        "hosts": "localhost", "gather_facts": False, "connection": "local",
-        "vars_files": [str(ROOT / "roles" / role / "defaults" / "main.yml"), str(ROOT / "roles" / role / "vars" / "main.yml")],
-        "vars": {registered: {"stdout_lines": dpkg_lines}, "railyard_artifacts_dir": "/nonexistent", **extra},
-        "tasks": [{"ansible.builtin.debug": {"msg": f"RESULT={{{{ {var} | to_json }}}}"}}],
-    }]
+def _play(play: dict[str, Any]) -> list[Any]:
+    """Run one play on localhost; each RESULT=<json> its debug tasks printed, in order."""
     proc = subprocess.run(
         [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "/dev/stdin"],
-        input=yaml.safe_dump(play), capture_output=True, text=True, timeout=120, check=False,
+        input=yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "connection": "local", **play}]),
+        capture_output=True, text=True, timeout=120, check=False,
         env={"PATH": "/usr/bin:/bin", "ANSIBLE_STDOUT_CALLBACK": "json", "ANSIBLE_LOCALHOST_WARNING": "false"},
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    (msg,) = [h["msg"] for p in json.loads(proc.stdout)["plays"] for t in p["tasks"] for h in t["hosts"].values()]
-    return json.loads(msg.removeprefix("RESULT="))
+    return [json.loads(h["msg"].removeprefix("RESULT=")) for p in json.loads(proc.stdout)["plays"]
+            for t in p["tasks"] for h in t["hosts"].values() if str(h.get("msg", "")).startswith("RESULT=")]
+
+
+def test_apt_runs_only_for_missing_packages() -> None:
+    """packages.yml's set_fact, as it is in the file, over dpkg-query results."""
+    (fact,) = [t for t in yaml.safe_load(SHARED.read_text()) if "ansible.builtin.set_fact" in t]
+    packages = ["munge", "libmunge2"]
+    # dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' prints "name ii " when installed
+    cases = [[f"{p} ii " for p in packages], ["munge rc ", "libmunge2 ii "],
+             ["munge iU ", "libmunge2 ii "],  # half-configured
+             []]  # rc 1: dpkg knows none of them
+    tasks = []
+    for lines in cases:
+        tasks += [{**fact, "vars": {**fact["vars"], "__shared_dpkg": {"stdout_lines": lines}}},
+                  {"ansible.builtin.debug": {"msg": "RESULT={{ [__demo_packages_missing, __demo_packages_installed, "
+                                                    "__shared_packages_missing] | to_json }}"}}]
+    results = _play({"vars": {"_shared_packages": packages, "_shared_packages_role": "demo"}, "tasks": tasks})
+    assert results == [[[], packages, []], [["munge"], ["libmunge2"], ["munge"]],
+                       [["munge"], ["libmunge2"], ["munge"]], [packages, [], packages]]
 
 
 @pytest.mark.parametrize("role", sorted(PROBES))
-def test_apt_runs_only_for_missing_packages(role: str) -> None:
-    _registered, packages_var, _extra = PROBES[role]
-    packages = yaml.safe_load((ROOT / "roles" / role / "defaults" / "main.yml").read_text())[packages_var]
-    # dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' prints "name ii " when installed
-    assert _missing(role, [f"{p} ii " for p in packages]) == []
-    assert _missing(role, [f"{p} ii " for p in packages[1:]] + [f"{packages[0]} rc "]) == packages[:1]
-    assert _missing(role, []) == packages
+def test_each_role_reads_what_the_probe_found(role: str) -> None:
+    """The role passes its package list to packages.yml, and its own _<role>_packages_missing
+    is the probe's fact (all of its packages when the probe has not run: its tag skipped)."""
+    passed, defaults_var, extra = PROBES[role]
+    text = (ROOT / "roles" / role / "tasks" / "install.yml").read_text()
+    (imp,) = [t for t in yaml.safe_load(text) if "ansible.builtin.import_role" in t]
+    assert imp["ansible.builtin.import_role"] == {"name": "_shared", "tasks_from": "packages"}
+    assert imp["vars"]["_shared_packages_role"] == role
+    assert imp["vars"]["_shared_packages"] == f"{{{{ {passed} }}}}"
+    packages = yaml.safe_load((ROOT / "roles" / role / "defaults" / "main.yml").read_text())[defaults_var]
+    show = {"ansible.builtin.debug": {"msg": f"RESULT={{{{ _{role}_packages_missing | to_json }}}}"}}
+    assert _play({
+        "vars_files": [str(ROOT / "roles" / role / "defaults" / "main.yml"), str(ROOT / "roles" / role / "vars" / "main.yml")],
+        "vars": {"railyard_artifacts_dir": "/nonexistent", **extra},
+        "tasks": [show, {"ansible.builtin.set_fact": {f"__{role}_packages_missing": packages[:1]}}, show],
+    }) == [packages, packages[:1]]

@@ -7,8 +7,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from railyard.apply import roles as role_facts
+
 ROOT = Path(__file__).resolve().parent.parent
-ROLES = sorted(p for p in (ROOT / "roles").iterdir() if (p / "tasks" / "main.yml").is_file())
+ALL = sorted(p for p in (ROOT / "roles").iterdir() if p.is_dir())
+# Helpers (a name starting with "_": roles/_shared) hold task files other roles import: no
+# main entry point, defaults or molecule scenario of their own (test_helper_roles).
+ROLES = [p for p in ALL if not role_facts.is_helper(p.name)]
+HELPERS = [p for p in ALL if role_facts.is_helper(p.name)]
 
 
 def _load(path: Path) -> dict:
@@ -49,3 +55,55 @@ def test_role_layout(role):
     for template in (role / "templates").glob("**/*.j2") if (role / "templates").is_dir() else []:
         first = template.read_text().splitlines()[0]
         assert "ansible_managed" in first, f"{template.relative_to(ROOT)} does not start with ansible_managed"
+
+
+def test_every_role_is_a_role_or_a_helper():
+    assert [p.name for p in HELPERS] == ["_shared"]
+    assert [p.name for p in ROLES if not (p / "tasks" / "main.yml").is_file()] == []
+
+
+@pytest.mark.parametrize("role", HELPERS, ids=lambda p: p.name)
+def test_helper_roles(role):
+    """A helper is never run alone: no main.yml, no defaults (an imported role's defaults
+    would reach the whole play), no scenario; each task file an entry point whose inputs
+    carry the helper's prefix and are documented; a README."""
+    assert not (role / "tasks" / "main.yml").exists(), f"{role.name} is a helper: it has no tasks/main.yml"
+    assert not (role / "defaults").exists(), f"{role.name}: a helper takes its inputs from the import's vars"
+    assert not (role / "molecule").exists(), f"{role.name}: the scenarios of the roles that import it test it"
+    assert (role / "README.md").is_file()
+    specs = _load(role / "meta" / "argument_specs.yml").get("argument_specs") or {}
+    files = sorted(f.stem for f in (role / "tasks").glob("*.yml"))
+    assert sorted(specs) == files, f"{role.name}: entry points {sorted(specs)} != task files {files}"
+    for entry, spec in specs.items():
+        assert spec.get("short_description"), f"{role.name} {entry}: no short_description"
+        for key, option in (spec.get("options") or {}).items():
+            assert key.startswith(role.name + "_"), f"{role.name} {entry}: {key} lacks the {role.name}_ prefix"
+            assert option.get("description") and option.get("type"), f"{role.name} {entry}: {key} needs type, description"
+            assert option.get("required") or "default" in option, f"{role.name} {entry}: {key} is optional without a default"
+
+
+def _imported_roles(role: Path) -> set[str]:
+    """Roles whose task files this role's tasks and handlers import or include."""
+    out = set()
+    for f in [*role.glob("tasks/*.yml"), *role.glob("handlers/*.yml")]:
+        def walk(tasks):
+            for t in tasks or []:
+                for key in ("ansible.builtin.import_role", "ansible.builtin.include_role", "import_role", "include_role"):
+                    if key in t:
+                        out.add(t[key]["name"])
+                for key in ("block", "rescue", "always"):
+                    walk(t.get(key))
+        walk(yaml.safe_load(f.read_text()))
+    return out
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_a_role_declares_the_roles_it_imports(role):
+    """meta/railyard.yml's uses lists every role whose task files this one runs, so that
+    their files are part of its digest (railyard/apply/playbooks.py, role_digest)."""
+    imported = _imported_roles(role)
+    declared = set(role_facts.uses(ROOT, role.name))
+    assert imported <= declared, f"{role.name}: meta/railyard.yml uses lacks {sorted(imported - declared)}"
+    direct = set(role_facts.facts(ROOT, role.name).get("uses") or [])
+    assert direct <= imported, f"{role.name}: uses {sorted(direct - imported)}, which it never imports"
+    assert all((ROOT / "roles" / r / "tasks").is_dir() for r in declared), f"{role.name}: uses a role that does not exist"

@@ -3,8 +3,9 @@
 Each role becomes one ``railyard:ansible:Playbook`` over its inventory group (Ansible's
 forks do the per-host fan-out). Roles whose hosts overlap run one after the other in
 table order; roles on disjoint hosts run side by side. The Playbook's ``digest`` covers the role's files,
-ansible.cfg, the rendered artifacts the role reads and the host variables of its hosts:
-a change to any of them re-runs exactly that role. Roles whose directory does not exist
+those of the roles whose task files it runs (``_shared``), ansible.cfg, the rendered artifacts
+the role reads and the host variables of its hosts: a change to any of them re-runs exactly
+that role. Roles whose directory does not exist
 yet are skipped with a note; whatever depended on them then waits for *their*
 dependencies instead, so the order stays right.
 """
@@ -21,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from railyard import builds
+from railyard.apply.roles import uses as roles_used
 from railyard.compiler import Plan
 from railyard.hostlist import fold
 
@@ -79,9 +82,9 @@ def _package_vars(prefix: str, which: str) -> Callable[[Plan], dict[str, Any]]:
     return lambda p: {f"{prefix}_package": _package(p, which), f"{prefix}_package_required": not p.is_lab}
 
 
-# The Kubernetes release scripts/build-k8s.sh builds for the lab (its K8S_VERSION); the
-# lab spec pins its minor (tests/test_k8s_objects.py checks both).
-LAB_K8S_RELEASE = "1.35.4"
+# The Kubernetes release scripts/build-k8s.sh builds for the lab; the lab spec pins its
+# minor (validate refuses another; tests/test_k8s_objects.py checks the build).
+LAB_K8S_RELEASE = builds.KUBERNETES
 # The one image the lab's kubelets run (scripts/build-k8s.sh images): workload and sandbox.
 LAB_IMAGE = "localhost/railyard/busybox:1"
 
@@ -240,6 +243,18 @@ def tree_digest(path: Path) -> str:
     return h.hexdigest()
 
 
+def role_digest(root: Path, role: str) -> str:
+    """The role's files and those of every role it uses (``meta/railyard.yml``'s ``uses``,
+    e.g. the ``_shared`` task files): editing a shared task file re-runs each role that
+    imports it. A role that uses none keeps the digest of its own tree."""
+    own = tree_digest(root / "roles" / role)
+    used = roles_used(root, role)
+    if not used:
+        return own
+    parts = [own, *([u, tree_digest(root / "roles" / u)] for u in used)]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+
+
 def step_digest(step: Step, role_digest: str, config_digest: str, artifacts: dict[str, str],
                 hostvars: dict[str, Any]) -> str:
     h = hashlib.sha256()
@@ -288,7 +303,7 @@ def plan_playbooks(
         # Disjoint host sets still run in parallel (e.g. nfs_server next to munge).
         deps += [p.role for p in planned.values() if p.role not in deps and set(p.hosts) & set(hosts)]
         hv = {h: plan.inventory.hostvars[h] for h in hosts}
-        digest = step_digest(step, tree_digest(role_path), config_digest, artifacts, hv)
+        digest = step_digest(step, role_digest(root, step.role), config_digest, artifacts, hv)
         role_vars = ROLE_VARS.get(step.role, lambda _p: {})(plan)
         planned[step.role] = PlannedPlaybook(
             step.role, step.group, hosts, tuple(deps), digest, step.component, step.secrets, role_vars
@@ -371,7 +386,13 @@ def _where(data: dict[str, Any]) -> str:
 
 
 def _msg(res: dict[str, Any]) -> str:
-    text = str(res.get("msg") or res.get("stderr") or res.get("reason") or "").strip()
+    """A failed result in one line. A command's own "non-zero return code" says nothing:
+    then its exit status and the last line of its stderr, where commands put the reason."""
+    msg = str(res.get("msg") or "").strip()
+    err = [line for line in str(res.get("stderr") or "").splitlines() if line.strip()]
+    if err and msg in ("", "non-zero return code"):
+        return f"exit {res.get('rc')}: {err[-1].strip()}"[:300]
+    text = msg or str(res.get("reason") or "").strip()
     return text.splitlines()[0][:300] if text else ""
 
 

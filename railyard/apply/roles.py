@@ -34,6 +34,37 @@ def facts(root: Path, role: str) -> dict[str, Any]:
     return _load(root / "roles" / role / "meta" / "railyard.yml")
 
 
+# A role whose name starts with this is a helper: task files other roles import
+# (``roles/_shared``, as prometheus-community's ``_common``), with no ``tasks/main.yml``,
+# never a step of its own, never run alone (so no molecule scenario of its own).
+HELPER_PREFIX = "_"
+
+
+def is_helper(role: str) -> bool:
+    return role.startswith(HELPER_PREFIX)
+
+
+def uses(root: Path, role: str) -> tuple[str, ...]:
+    """The roles whose task files this role runs (``import_role``/``include_role``), from
+    ``meta/railyard.yml``'s ``uses``, and theirs in turn, each once, in order. What they
+    run on the role's hosts is the role's behaviour too: their files are part of its digest.
+    A ValueError names a malformed list. (That each exists, and that a role declares every
+    role it imports, is tests/test_role_specs.py's to check: Ansible fails on a missing one.)"""
+    out: list[str] = []
+    todo = [role]
+    while todo:
+        current = todo.pop(0)
+        where = f"roles/{current}/meta/railyard.yml"
+        names = facts(root, current).get("uses") or []
+        if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+            raise ValueError(f"{where}: uses must be a list of role names, not {names!r}")
+        for name in names:
+            if name != role and name not in out:
+                out.append(name)
+                todo.append(name)
+    return tuple(out)
+
+
 def default(root: Path, role: str, name: str) -> Any:
     """One default of a role; a KeyError names the role and the variable."""
     values = defaults(root, role)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
+from railyard import builds
 from railyard.compiler.fabric import Fabric, build_fabric
 from railyard.compiler.nodes import Node, hostlist_field, resolve_nodes
 from railyard.compiler.slurm import SACKD_FROM, block_layout, topology_format
@@ -168,6 +169,17 @@ def _slurm(cluster: Cluster, nodes: dict[str, Node], fabric: Fabric | None, prob
 PARTIAL_BLOCKS_FROM = "25.05"
 
 
+def _installable(named: str, built: str, field: str, what: str, problems: list[Problem], lab: bool = False) -> None:
+    """A release the roles cannot install is refused here, naming the one they can."""
+    if named != built:
+        who = "the lab runs" if lab else "railyard installs"
+        problems.append(Problem(
+            f"cluster.versions.{field}",
+            f"{what} {named} cannot be installed: {who} {what} {built}, the release scripts/build-k8s.sh "
+            f'builds (railyard/builds.py); set cluster.versions.{field}: "{built}"',
+        ))
+
+
 def _kubernetes(cluster: Cluster, nodes: list[Node], fabric: Fabric | None, problems: list[Problem]) -> None:
     k8s = cluster.partitions.kubernetes
     if k8s is None:
@@ -176,8 +188,16 @@ def _kubernetes(cluster: Cluster, nodes: list[Node], fabric: Fabric | None, prob
     versions = cluster.cluster.versions
     if k8s.kueue.enabled and not version_at_least(versions.kueue, "0.15.0"):
         problems.append(Problem("cluster.versions.kueue", f"railyard writes Kueue v1beta2 objects, served from Kueue 0.15; {versions.kueue} is too old"))
+    elif k8s.kueue.enabled:
+        _installable(versions.kueue, builds.KUEUE, "kueue", "Kueue", problems)
     if k8s.volcano.enabled and fabric is not None and not version_at_least(versions.volcano, "1.12.0"):
         problems.append(Problem("cluster.versions.volcano", f"HyperNodes need Volcano 1.12 or later, not {versions.volcano}"))
+    elif k8s.volcano.enabled:
+        _installable(versions.volcano, builds.VOLCANO, "volcano", "Volcano", problems)
+    # The lab's control plane and kubelets are the build; elsewhere the control plane
+    # comes from the official release of the spec's minor.
+    if nodes and all(n.provision.driver == "podman" for n in nodes):
+        _installable(versions.kubernetes, builds.kubernetes_minor(), "kubernetes", "Kubernetes", problems, lab=True)
 
     kueue = k8s.kueue
     cohorts = {c.name for c in kueue.cohorts}

@@ -508,34 +508,36 @@ _MEASURED = frozenset({"cpu", "memory", "pods"})
 
 
 def _capacity_findings(plan: Plan, obs: KubernetesObservation, fix: _Fix) -> list[Finding]:
-    """Each registered worker's ``.status.capacity`` against the plan's (the spec's hardware).
+    """Each registered worker's ``.status.capacity`` and ``.status.allocatable`` against the
+    plan's capacity (the spec's hardware).
 
-    What railyard sets must be what the plan says: a Node whose GPUs a kubelet restart
-    zeroed offers Kueue and kube-scheduler no GPUs. What a kubelet measures must be at least
-    the plan's, the rule slurmd's registration follows too: a node with CPUs offline or a
-    failed DIMM is short, one with more than the spec says is not drift.
+    What railyard sets (a KWOK Node's everything, a kubelet's GPUs) must be what the plan
+    says, in both: a Node whose GPUs a kubelet restart zeroed offers Kueue and kube-scheduler
+    none. What a kubelet measures must be at least the plan's capacity, the rule slurmd's
+    registration follows too: a node with CPUs offline or a failed DIMM is short, one with
+    more than the spec says is not drift (its allocatable is what it reserves less).
     """
     k = plan.kubernetes
     assert k is not None
     simulated = plan.k8s_worker_agent == "kwok"
     out: list[Finding] = []
     for name, want in sorted(k.capacity.items()):
-        have = obs.capacity.get(name)
-        if have is None or name not in obs.labels:
+        if name not in obs.labels:
             continue  # node_missing says it
-        for resource, value in want.items():
-            got = have.get(resource)
-            w, h = quantity(value), quantity(got) if got is not None else None
-            if resource in _MEASURED and not simulated:
-                if h is None or h < w:
-                    out.append(Finding("kubernetes", name, "capacity_short",
-                                       f"{name} reports {resource} {got or 'none'}, less than the spec's {value}",
-                                       f"check {name}'s hardware (CPUs offline, a failed DIMM), or correct its "
-                                       "hardware in the spec", f"{resource}>={value}", f"{resource}={got}"))
-            elif h is None or h != w:
-                out.append(Finding("kubernetes", name, "capacity_value",
-                                   f"{name}: capacity {resource} is {got or 'missing'}, the plan has {value}",
-                                   f"{fix.up} sets it", f"{resource}={value}", f"{resource}={got}"))
+        for field, have in (("capacity", obs.capacity.get(name) or {}), ("allocatable", obs.allocatable.get(name) or {})):
+            for resource, value in want.items():
+                got = have.get(resource)
+                w, h = quantity(value), quantity(got) if got is not None else None
+                if resource in _MEASURED and not simulated:
+                    if field == "capacity" and (h is None or h < w):
+                        out.append(Finding("kubernetes", name, "capacity_short",
+                                           f"{name} reports {resource} {got or 'none'}, less than the spec's {value}",
+                                           f"check {name}'s hardware (CPUs offline, a failed DIMM), or correct its "
+                                           "hardware in the spec", f"{resource}>={value}", f"{resource}={got}"))
+                elif h is None or h != w:
+                    out.append(Finding("kubernetes", name, "capacity_value",
+                                       f"{name}: {field} {resource} is {got or 'missing'}, the plan has {value}",
+                                       f"{fix.up} sets it", f"{field}.{resource}={value}", f"{field}.{resource}={got}"))
     return out
 
 

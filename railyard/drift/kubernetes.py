@@ -30,12 +30,12 @@ def labels_from_nodes(doc: Mapping[str, Any]) -> dict[str, dict[str, str]]:
     return out
 
 
-def capacity_from_nodes(doc: Mapping[str, Any]) -> dict[str, dict[str, str]]:
-    """``kubectl get nodes -o json`` -> {node: .status.capacity}."""
+def status_from_nodes(doc: Mapping[str, Any], field: str) -> dict[str, dict[str, str]]:
+    """``kubectl get nodes -o json`` -> {node: .status.<field>} (capacity, allocatable)."""
     out: dict[str, dict[str, str]] = {}
     for item in doc.get("items") or []:
         name = str((item.get("metadata") or {}).get("name", ""))
-        out[name] = {str(k): str(v) for k, v in ((item.get("status") or {}).get("capacity") or {}).items()}
+        out[name] = {str(k): str(v) for k, v in ((item.get("status") or {}).get(field) or {}).items()}
     return out
 
 
@@ -71,5 +71,5 @@ def objects_from_lists(docs: Iterable[Mapping[str, Any]]) -> tuple[dict[str, Any
 
 
 def observation(nodes: Mapping[str, Any], lists: Iterable[Mapping[str, Any]]) -> KubernetesObservation:
-    return KubernetesObservation(deployed=True, labels=labels_from_nodes(nodes), capacity=capacity_from_nodes(nodes),
-                                 objects=objects_from_lists(lists))
+    return KubernetesObservation(deployed=True, labels=labels_from_nodes(nodes), capacity=status_from_nodes(nodes, "capacity"),
+                                 allocatable=status_from_nodes(nodes, "allocatable"), objects=objects_from_lists(lists))

@@ -201,6 +201,7 @@ class KubernetesObservation:
     reason: str = ""  # why not deployed
     labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # node -> labels
     capacity: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # node -> .status.capacity
+    allocatable: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # node -> .status.allocatable
     objects: tuple[Mapping[str, Any], ...] = ()  # Kueue and Volcano objects as the API returns them
 
 

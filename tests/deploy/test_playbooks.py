@@ -77,6 +77,56 @@ def test_a_change_reruns_exactly_the_roles_that_read_it(lab_plan, root: Path) ->
     assert {r for r in before if before[r] != again[r]} == {"munge"}
 
 
+
+def _uses(root: Path, role: str, names: list[str]) -> None:
+    from railyard.apply import roles
+
+    (root / "roles" / role / "meta").mkdir(exist_ok=True)
+    (root / "roles" / role / "meta" / "railyard.yml").write_text(f"uses: {names}\n")
+    roles._load.cache_clear()
+
+
+def test_a_shared_task_file_reruns_exactly_the_roles_that_use_it(lab_plan, root: Path) -> None:
+    """A role's digest covers the roles whose task files it imports (``uses`` in its
+    meta/railyard.yml): an edit to roles/_shared re-runs munge and slurm_login, nothing else."""
+    from railyard.apply import roles
+
+    artifacts = render(lab_plan)
+    shared = root / "roles" / "_shared" / "tasks"
+    shared.mkdir(parents=True)
+    (shared / "packages.yml").write_text("[]\n")
+    before = {p.role: p.digest for p in plan_playbooks(lab_plan, root, artifacts)[0]}
+    assert "_shared" not in before  # a helper is never a step
+    _uses(root, "munge", ["_shared"])
+    _uses(root, "slurm_login", ["_shared"])
+    declared = {p.role: p.digest for p in plan_playbooks(lab_plan, root, artifacts)[0]}
+    assert {r for r in before if before[r] != declared[r]} == {"munge", "slurm_login"}
+    (shared / "packages.yml").write_text("[] # edited\n")
+    (root / "roles" / "_shared" / "README.md").write_text("docs never reach a host\n")
+    after = {p.role: p.digest for p in plan_playbooks(lab_plan, root, artifacts)[0]}
+    assert {r for r in declared if declared[r] != after[r]} == {"munge", "slurm_login"}
+    roles._load.cache_clear()
+
+
+def test_uses_is_transitive_and_checked(root: Path) -> None:
+    from railyard.apply import roles
+
+    (root / "roles" / "_shared").mkdir()
+    _uses(root, "kueue", ["k8s_control_plane"])
+    _uses(root, "k8s_control_plane", ["_shared", "kueue"])  # a cycle ends at the role itself
+    assert roles.uses(root, "kueue") == ("k8s_control_plane", "_shared")
+    assert roles.uses(root, "munge") == ()
+    _uses(root, "munge", "_shared")
+    with pytest.raises(ValueError, match="uses must be a list of role names"):
+        roles.uses(root, "munge")
+    roles._load.cache_clear()
+
+
+def test_no_step_is_a_helper_role() -> None:
+    from railyard.apply import roles
+
+    assert [s.role for s in STEPS if roles.is_helper(s.role)] == []
+
 def test_lab_packages_are_optional(lab_plan, root: Path) -> None:
     planned = {p.role: p for p in plan_playbooks(lab_plan, root, render(lab_plan))[0]}
     assert planned["enroot"].vars["enroot_package"] == {"path": "/var/cache/railyard/packages/enroot_4.1.2-1_amd64.deb"}
@@ -156,6 +206,18 @@ def test_progress_lines() -> None:
         ("info", "changed: munge : Install on gpu[001-002]"),
         ("info", "recap: 3 hosts, ok=5 changed=2 failed=1 unreachable=0; changed on gpu[001-002]; FAILED on ctl1"),
     ]
+
+
+def test_a_failed_command_says_why() -> None:
+    """A command's "non-zero return code" gives way to its exit status and its stderr's last line."""
+    p = Progress()
+    err = "Warning: resource is missing an annotation\nError from server (Timeout): the server was unable to return a response\n"
+    lines = p.feed(_event("runner_on_failed", "kcp1", "Apply", "k8s_control_plane", rc=1, stderr=err,
+                          msg="non-zero return code"))
+    assert lines == [("info", ("FAILED: [kcp1] k8s_control_plane : Apply: exit 1: "
+                                "Error from server (Timeout): the server was unable to return a response"))]
+    other = p.feed(_event("runner_on_failed", "kcp1", "Check", "k8s_control_plane", rc=2, stderr="x", msg="assertion failed"))
+    assert other == [("info", "FAILED: [kcp1] k8s_control_plane : Check: assertion failed")]
 
 
 def test_progress_never_shows_module_arguments() -> None:

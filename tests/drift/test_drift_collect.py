@@ -109,7 +109,8 @@ def kubectl_answers(plan, labels=None) -> dict:
 
     k = plan.kubernetes
     nodes = {"items": [{"metadata": {"name": n, "labels": dict((labels or k.labels)[n])},
-                        "status": {"capacity": dict(k.capacity[n])}} for n in k.workers]}
+                        "status": {"capacity": dict(k.capacity[n]), "allocatable": dict(k.capacity[n])}}
+                       for n in k.workers]}
     objects = {"apiVersion": "v1", "kind": "List", "items": [*k.kueue, *k.volcano]}
     get = ("kcp1", (*C.KUBECTL, "get"))
     return {(get[0], (*get[1], "nodes", "-o", "json")): Result(0, json.dumps(nodes), ""),

@@ -399,7 +399,9 @@ def test_kubernetes_capacity_of_a_kubelets_node(lab_plan):
     def mutate(nodes, _lists):
         by_name = {n["metadata"]["name"]: n for n in nodes["items"]}
         del by_name["kw1"]["status"]["capacity"]["nvidia.com/gpu"]
+        by_name["kw1"]["status"]["allocatable"]["memory"] = "1Mi"  # what the kubelet reserves: not drift
         by_name["kw2"]["status"]["capacity"].update({"cpu": "1", "memory": "999Mi", "nvidia.com/gpu": "3"})
+        by_name["kw2"]["status"]["allocatable"]["nvidia.com/gpu"] = "0"
 
     assert compare(lab_plan, Observed(kubernetes=k8s_obs())).findings == ()
     found = compare(lab_plan, Observed(kubernetes=k8s_obs(mutate))).findings
@@ -407,6 +409,7 @@ def test_kubernetes_capacity_of_a_kubelets_node(lab_plan):
         ("kw1", "capacity_value", "kw1: capacity nvidia.com/gpu is missing, the plan has 2"),
         ("kw2", "capacity_short", "kw2 reports cpu 1, less than the spec's 2"),
         ("kw2", "capacity_short", "kw2 reports memory 999Mi, less than the spec's 1000Mi"),
+        ("kw2", "capacity_value", "kw2: allocatable nvidia.com/gpu is 0, the plan has 2"),
         ("kw2", "capacity_value", "kw2: capacity nvidia.com/gpu is 3, the plan has 2"),
     ]
     assert found[0].fix == f"{UP} sets it"
@@ -419,7 +422,7 @@ def test_kubernetes_capacity_of_a_kwok_node_is_all_railyards():
     assert plan.k8s_worker_agent == "kwok"
     want = {"cpu": "224", "memory": "2000000Mi", "pods": "110", "nvidia.com/gpu": "8"}
     nodes = {"items": [{"metadata": {"name": n, "labels": dict(plan.kubernetes.labels[n])},
-                        "status": {"capacity": dict(want)}} for n in plan.kubernetes.workers]}
+                        "status": {"capacity": dict(want), "allocatable": dict(want)}} for n in plan.kubernetes.workers]}
 
     def capacity_findings():
         return [f for f in compare(plan, Observed(kubernetes=observation(nodes, []))).findings
@@ -428,7 +431,8 @@ def test_kubernetes_capacity_of_a_kwok_node_is_all_railyards():
     assert capacity_findings() == []
     nodes["items"][0]["status"]["capacity"]["cpu"] = "256"
     found = capacity_findings()
-    assert [(f.subject, f.kind, f.expected, f.observed) for f in found] == [("dgx097", "capacity_value", "cpu=224", "cpu=256")]
+    assert [(f.subject, f.kind, f.expected, f.observed) for f in found] == [
+        ("dgx097", "capacity_value", "capacity.cpu=224", "capacity.cpu=256")]
 
 
 @pytest.mark.parametrize(("text", "value"), [

@@ -208,7 +208,8 @@ FAULTS: tuple[Fault, ...] = (
         f"{KUBECTL} patch node kw2 --subresource=status --type=merge "
         """-p '{"status": {"capacity": {"nvidia.com/gpu": "0"}, "allocatable": {"nvidia.com/gpu": "0"}}}'\n"""
         f"test \"$({KUBECTL} get node kw2 -o jsonpath='{{.status.capacity.nvidia\\.com/gpu}}')\" = 0",
-        (Want("kubernetes", "kw2", "capacity_value", "kw2: capacity nvidia.com/gpu is 0, the plan has 2"),),
+        (Want("kubernetes", "kw2", "capacity_value", "kw2: capacity nvidia.com/gpu is 0, the plan has 2"),
+         Want("kubernetes", "kw2", "capacity_value", "kw2: allocatable nvidia.com/gpu is 0, the plan has 2")),
         # k8s_worker's read of the Node's capacity (node.yml) on the control plane; kw2's
         # pair runs in check mode anyway (its kubelet is stopped)
         may=(Want("files", "kw2", "task_changed", "Read the Node's capacity"),

@@ -38,7 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
 
-K8S_VERSION = os.environ.get("K8S_VERSION", "v1.35.4")
+from railyard import builds
+
+K8S_VERSION = os.environ.get("K8S_VERSION", f"v{builds.KUBERNETES}")
 SERVICE_CIDR = "10.96.0.0/16"  # allocation only: nothing here routes or dials it
 
 
