@@ -106,6 +106,37 @@ def test_kwok_rbac_binds_upstreams_role_to_the_group():
                                             "name": "railyard:kwok"}]
 
 
+
+def test_kubelet_client_binding_names_one_user_and_the_role():
+    out = cp.k8s_user_cluster_role_binding("kube-apiserver-kubelet-client", "system:kubelet-api-admin",
+                                           "railyard:kube-apiserver-kubelet-client")
+    assert out == {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "railyard:kube-apiserver-kubelet-client"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:kubelet-api-admin"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "kube-apiserver-kubelet-client"}],
+    }
+    with pytest.raises(ValueError):
+        cp.k8s_user_cluster_role_binding("", "system:kubelet-api-admin", "x")
+
+
+@pytest.mark.parametrize(("name", "addresses", "sans"), [
+    ("kw2", ["10.78.0.18"], ["DNS:kw2", "IP:10.78.0.18"]),
+    # an address that is a name is a DNS SAN, never an invalid IP: one
+    ("gpu001", ["gpu001.lab"], ["DNS:gpu001", "DNS:gpu001.lab"]),
+    # the address equal to the name (no railyard_address): said once
+    ("gpu001", ["gpu001"], ["DNS:gpu001"]),
+    ("n1", ["fd00::0012", "", "10.0.0.1"], ["DNS:n1", "IP:fd00::12", "IP:10.0.0.1"]),
+])
+def test_serving_sans_are_the_name_and_each_address(name, addresses, sans):
+    assert worker.k8s_serving_sans(name, addresses) == sans
+
+
+def test_serving_sans_need_the_node_name():
+    with pytest.raises(ValueError):
+        worker.k8s_serving_sans("", ["10.0.0.1"])
+
 WEBHOOKS = """
 apiVersion: admissionregistration.k8s.io/v1
 kind: MutatingWebhookConfiguration

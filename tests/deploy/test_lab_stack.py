@@ -372,10 +372,12 @@ def test_pyxis_runs_real_containers_on_4_nodes(stack: dict) -> None:
     print(f"\nsrun -N4 in a container: {t_container} s; the same without: {t_plain} s (podman exec included)")
 
 
-@pytest.mark.timeout(300)  # two pods started (up to 90 s each)
+@pytest.mark.timeout(420)  # two pods started (up to 90 s each), then logs and exec on each
 def test_kubernetes_partition_serves_the_plan(stack: dict) -> None:
-    """pulumi up leaves a control plane whose workers are Ready with the plan's labels,
-    whose ClusterQueues are Active and whose Volcano Queues are Open (scheduling itself:
+    """pulumi up leaves a control plane whose workers are Ready with the plan's labels, each
+    running a container that `kubectl logs` and `kubectl exec` reach (the apiserver's kubelet
+    client certificate; each kubelet's serving certificate from the cluster CA), whose
+    ClusterQueues are Active and whose Volcano Queues are Open (scheduling itself:
     molecule/kubernetes, test_k8s_scheduling)."""
     plan = load_plan(LAB)
     assert plan.kubernetes is not None
@@ -399,13 +401,29 @@ def test_kubernetes_partition_serves_the_plan(stack: dict) -> None:
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"probe-{name}", "namespace": "default"},
                "spec": {"nodeName": name, "restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
                         "containers": [{"name": "c", "image": LAB_IMAGE, "imagePullPolicy": "Never",
-                                        "command": ["sleep", "600"]}]}}
+                                        "command": ["sh", "-c", f"echo started on {name}; sleep 600"]}]}}
         _podman("exec", "-i", "railyard-lab-kcp1", "kubectl", "apply", "-f", "-", input=json.dumps(pod))
     t0 = time.monotonic()
     for name in nodes:
         _podman("exec", "railyard-lab-kcp1", "kubectl", "wait", f"pod/probe-{name}", "--for=jsonpath={.status.phase}=Running",
                 "--timeout=90s")
     print(f"\na pod Running on each of {sorted(nodes)} within {time.monotonic() - t0:.1f} s")
+    # the apiserver reaches every kubelet: logs and exec (not /var/log/pods on the node)
+    t0 = time.monotonic()
+    for name in nodes:
+        logs = ""
+        for _ in range(20):  # the container's line may land a moment after Running
+            got = _podman("exec", "railyard-lab-kcp1", "kubectl", "logs", f"probe-{name}", "-c", "c", check=False)
+            assert got.returncode == 0, (name, got.stdout, got.stderr)
+            if (logs := got.stdout.strip()):
+                break
+            time.sleep(0.5)
+        assert logs == f"started on {name}", (name, logs)
+        # the pod's hostname is its name: the command ran in that pod's container
+        got = _podman("exec", "railyard-lab-kcp1", "kubectl", "exec", f"probe-{name}", "-c", "c", "--", "hostname",
+                      check=False)
+        assert (got.returncode, got.stdout.strip()) == (0, f"probe-{name}"), (name, got.stdout, got.stderr)
+    print(f"kubectl logs and exec reached each of {sorted(nodes)} within {time.monotonic() - t0:.1f} s")
     for name in nodes:
         _podman("exec", "railyard-lab-kcp1", "kubectl", "delete", "pod", f"probe-{name}", "--grace-period=0", "--force")
     for cq in (o for o in plan.kubernetes.kueue if o["kind"] == "ClusterQueue"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
 import yaml
@@ -70,6 +71,30 @@ def k8s_node_spec(node: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in node.items() if k != "status"}
 
 
+def k8s_serving_sans(name: str, addresses: list[str]) -> list[str]:
+    """The subjectAltNames of a kubelet's serving certificate: the node's name and each
+    of its addresses, ``IP:`` for an IP address and ``DNS:`` for a name, without repeats.
+
+    The apiserver reaches a kubelet at the Node's InternalIP (kube-apiserver
+    ``--kubelet-preferred-address-types``) and checks that address against these SANs
+    (``--kubelet-certificate-authority``); the name covers a Hostname address.
+    """
+    if not name:
+        raise ValueError("k8s_serving_sans: the node name is required")
+    out: list[str] = []
+    for value in [name, *addresses]:
+        value = str(value).strip()
+        if not value:
+            continue
+        try:
+            san = f"IP:{ipaddress.ip_address(value)}"
+        except ValueError:
+            san = f"DNS:{value}"
+        if san not in out:
+            out.append(san)
+    return out
+
+
 def k8s_worker_rbac(role_yaml: str, group: str) -> dict[str, Any]:
     """KWOK's upstream ClusterRole and a binding of it to *group*, as one List."""
     role = next(d for d in yaml.safe_load_all(role_yaml) if d and d.get("kind") == "ClusterRole")
@@ -87,4 +112,5 @@ def k8s_worker_rbac(role_yaml: str, group: str) -> dict[str, Any]:
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {"k8s_node": k8s_node, "k8s_worker_rbac": k8s_worker_rbac, "k8s_node_status": k8s_node_status,
-                "k8s_node_spec": k8s_node_spec, "k8s_node_status_differs": k8s_node_status_differs}
+                "k8s_node_spec": k8s_node_spec, "k8s_node_status_differs": k8s_node_status_differs,
+                "k8s_serving_sans": k8s_serving_sans}
