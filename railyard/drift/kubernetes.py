@@ -57,9 +57,10 @@ def quantity(value: str) -> Decimal | None:
     else:
         scale = Decimal(1)
     try:
-        return Decimal(text) * scale
+        number = Decimal(text) * scale
     except InvalidOperation:
         return None
+    return number if number.is_finite() else None  # "NaN" and "Infinity" are no quantities
 
 
 def objects_from_lists(docs: Iterable[Mapping[str, Any]]) -> tuple[dict[str, Any], ...]:

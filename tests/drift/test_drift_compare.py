@@ -438,6 +438,7 @@ def test_kubernetes_capacity_of_a_kwok_node_is_all_railyards():
 @pytest.mark.parametrize(("text", "value"), [
     ("2", 2), ("1000Mi", 1000 * 2**20), ("1Gi", 1024 * 2**20), ("24683664Ki", 24683664 * 1024),
     ("500m", 0.5), ("1k", 1000), ("1.5G", 1_500_000_000), ("", None), ("Mi", None), ("two", None),
+    ("NaN", None), ("Infinity", None), ("-InfMi", None),
 ])
 def test_kubernetes_quantities_compare_by_value(text, value):
     assert quantity(text) == (None if value is None else Decimal(str(value)))
