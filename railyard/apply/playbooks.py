@@ -89,11 +89,6 @@ LAB_K8S_RELEASE = builds.KUBERNETES
 LAB_IMAGE = "localhost/railyard/busybox:1"
 
 
-def k8s_worker_agent(plan: Plan) -> str:
-    """What runs pods on the plan's Kubernetes workers (``Plan.k8s_worker_agent``)."""
-    return plan.k8s_worker_agent
-
-
 def lab_k8s_dir() -> Path:
     """Where scripts/build-k8s.sh leaves the lab's binaries (bin/), CRDs and manifests."""
     cache = os.environ.get("RAILYARD_K8S_CACHE") or str(Path.home() / ".cache/railyard/k8s")
@@ -114,7 +109,7 @@ def _k8s_vars(role: str) -> Callable[[Plan], dict[str, Any]]:
                 out |= {"k8s_control_plane_version": LAB_K8S_RELEASE, "k8s_control_plane_binaries_dir": str(d / "bin")}
             return out
         if role == "k8s_worker":
-            if k8s_worker_agent(plan) == "kubelet":  # the lab: node containers, the image built here
+            if plan.k8s_worker_agent == "kubelet":  # the lab: node containers, the image built here
                 return {"k8s_worker_kubelet": "kubelet", "k8s_worker_install_source": "binaries",
                         "k8s_worker_kubelet_version": LAB_K8S_RELEASE, "k8s_worker_binaries_dir": str(d / "bin"),
                         "k8s_worker_node_in_container": True, "k8s_worker_containerd_snapshotter": "native",

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from railyard.compiler.fabric import Fabric
 from railyard.compiler.inventory import Inventory, compile_inventory
 from railyard.compiler.kubernetes import KubernetesPlan, compile_kubernetes
-from railyard.compiler.nodes import Node
+from railyard.compiler.nodes import Node, in_lab
 from railyard.compiler.slurm import SlurmPlan, compile_slurm
 from railyard.compiler.storage import StoragePlan, compile_storage
 from railyard.compiler.validate import check
@@ -42,7 +42,7 @@ class Plan:
     @property
     def is_lab(self) -> bool:
         """Every node is a podman container on this machine (the lab), none is real."""
-        return all(n.provision.driver == "podman" for n in self.nodes)
+        return in_lab(self.nodes)
 
     @property
     def k8s_worker_agent(self) -> str:

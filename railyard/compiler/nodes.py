@@ -7,6 +7,7 @@ what is built. Problems are collected, never raised one at a time.
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from railyard.errors import Problem
@@ -44,6 +45,11 @@ class Node:
         if any(r in K8S_ROLES for r in self.roles):
             return "kubernetes"
         return None
+
+
+def in_lab(nodes: Iterable[Node]) -> bool:
+    """Every node is a podman container on this machine (the lab), none is real."""
+    return all(n.provision.driver == "podman" for n in nodes)
 
 
 def hostlist_field(

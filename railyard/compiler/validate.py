@@ -7,7 +7,7 @@ from typing import Any
 
 from railyard import builds
 from railyard.compiler.fabric import Fabric, build_fabric
-from railyard.compiler.nodes import Node, hostlist_field, resolve_nodes
+from railyard.compiler.nodes import Node, hostlist_field, in_lab, resolve_nodes
 from railyard.compiler.slurm import SACKD_FROM, block_layout, topology_format
 from railyard.errors import Problem
 from railyard.spec import Cluster, version_at_least
@@ -196,7 +196,7 @@ def _kubernetes(cluster: Cluster, nodes: list[Node], fabric: Fabric | None, prob
         _installable(versions.volcano, builds.VOLCANO, "volcano", "Volcano", problems)
     # The lab's control plane and kubelets are the build; elsewhere the control plane
     # comes from the official release of the spec's minor.
-    if nodes and all(n.provision.driver == "podman" for n in nodes):
+    if nodes and in_lab(nodes):
         _installable(versions.kubernetes, builds.kubernetes_minor(), "kubernetes", "Kubernetes", problems, lab=True)
 
     kueue = k8s.kueue

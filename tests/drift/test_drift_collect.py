@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from railyard import exitcodes
+from railyard.compiler import Plan
 from railyard.drift import collect as C
 from railyard.drift import compare
 from railyard.drift.collect import (
@@ -180,9 +181,7 @@ def test_expected_units_sackd_on_login_nodes_in_configless_mode(lab, delivery, l
 def _with_agent(monkeypatch, agent):
     """The worker agent is the plan's (the lab runs kubelets, other specs KWOK); a test
     pins each."""
-    from railyard.apply import playbooks
-
-    monkeypatch.setattr(playbooks, "k8s_worker_agent", lambda _plan: agent)
+    monkeypatch.setattr(Plan, "k8s_worker_agent", property(lambda _plan: agent))
 
 
 LAB_MOUNTS = (("shared.mount", "enabled", "nfs_client"), ("home.mount", "enabled", "nfs_client"))
