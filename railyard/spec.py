@@ -8,6 +8,7 @@ addresses, quotas). Both report YAML paths with line numbers and say what to cha
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import re
 from typing import Annotated, Any, Literal
 
@@ -470,10 +471,28 @@ class Volcano(Strict):
     queues: list[VolcanoQueue] = []
 
 
+class PodNetwork(Strict):
+    """Addresses of the Kubernetes partition's pods and Services.
+
+    Each worker gets one ``/node_prefix`` of ``pod_cidr`` (its Node's podCIDR, from which
+    its CNI bridge hands out pod addresses); every node routes the other workers' blocks to
+    them. Services get ClusterIPs from ``service_cidr``; the cluster DNS (CoreDNS) is its
+    tenth address, as kubeadm places it.
+    """
+
+    pod_cidr: IPv4Net = ipaddress.IPv4Network("10.244.0.0/16")
+    # A kubelet admits 110 pods: a /25 (126 addresses) is the smallest block that holds them.
+    node_prefix: Annotated[int, Field(ge=16, le=25)] = 24
+    # The apiserver refuses a Service range wider than /12.
+    service_cidr: IPv4Net = ipaddress.IPv4Network("10.96.0.0/16")
+    dns_domain: Domain = "cluster.local"
+
+
 class Kubernetes(Strict):
     control_plane: Hostlist
     workers: Hostlist
     label_prefix: Domain = "topology.railyard.dev"
+    network: PodNetwork = PodNetwork()
     kueue: Kueue = Kueue()
     volcano: Volcano = Volcano()
 

@@ -147,6 +147,10 @@ def test_rendered_inventory_gives_each_host_the_plans_variables(tmp_path, name, 
                "railyard_slurm_mpi_default": plan.spec.partitions.slurm.mpi_default,
                "railyard_slurm_config_delivery": delivery,  # both target 24.11: the default
                "railyard_hosts": [{"name": n.name, "address": n.address} for n in plan.nodes]}
+    net = plan.spec.partitions.kubernetes.network
+    # both specs keep the default pod network: the DNS is 10.96.0.0/16's tenth address
+    cluster |= {"railyard_k8s_pod_cidr": str(net.pod_cidr), "railyard_k8s_service_cidr": str(net.service_cidr),
+                "railyard_k8s_cluster_dns": "10.96.0.10", "railyard_k8s_dns_domain": net.dns_domain}
     assert sorted(merged) == sorted(plan.inventory.hostvars)
     for host, hv in plan.inventory.hostvars.items():
         assert merged[host] == {**hv, **cluster}, host

@@ -205,6 +205,10 @@ NAME_CLASHES: list[tuple[str, Callable[[dict], None], str, str]] = [
 ]
 
 
+def _pod_network(**fields) -> Callable[[dict], None]:
+    return lambda spec: spec["partitions"]["kubernetes"].setdefault("network", {}).update(fields)
+
+
 def _set(path: str, value) -> Callable[[dict], None]:
     def apply(spec: dict) -> None:
         keys = path.split(".")
@@ -325,6 +329,19 @@ CASES: list[tuple[str, Callable[[dict], None], str, str]] = [
      "su groups leaf-b reach no spine switch"),
     ("explicit-unknown-endpoint", lambda s: _cabled(s, [{"a": "leaf-a", "b": "spine-x"}]), "fabric.explicit.links[6]",
      "'spine-x' is neither a node nor a switch"),
+    # the pod network (partitions.kubernetes.network; the lab's management network is 10.77.0.0/24)
+    ("pod-cidr-over-management", _pod_network(pod_cidr="10.77.0.0/16"), "partitions.kubernetes.network.pod_cidr",
+     "10.77.0.0/16 overlaps the management network (10.77.0.0/24)"),
+    ("service-cidr-in-pod-cidr", _pod_network(service_cidr="10.244.16.0/20"), "partitions.kubernetes.network.pod_cidr",
+     "10.244.0.0/16 overlaps service_cidr (10.244.16.0/20)"),
+    ("service-cidr-too-wide", _pod_network(service_cidr="10.0.0.0/8"), "partitions.kubernetes.network.service_cidr",
+     "10.0.0.0/8 is wider than the apiserver accepts (at most a /12"),
+    ("service-cidr-no-dns-address", _pod_network(service_cidr="10.96.0.0/29"), "partitions.kubernetes.network.service_cidr",
+     "the cluster DNS is the tenth: use a /28 or wider"),
+    ("node-block-not-narrower", _pod_network(pod_cidr="10.244.0.0/24", node_prefix=24),
+     "partitions.kubernetes.network.node_prefix", "each worker's block (/24) must be narrower than pod_cidr 10.244.0.0/24"),
+    ("node-block-too-small-for-110-pods", _pod_network(node_prefix=26), "partitions.kubernetes.network.node_prefix",
+     "less than or equal to 25"),
     *NAME_CLASHES,
 ]
 
@@ -382,3 +399,19 @@ def test_error_line_points_at_the_key():
     problem = next(p for p in info.value.problems if p.path == "nodes[2].hardware.nics")
     lines = text.splitlines()
     assert "nics: 2" in lines[problem.line - 1]
+
+
+def test_a_pod_network_too_small_for_the_workers_names_both_counts():
+    """dgx-h100's Kubernetes workers (the spec's hostlist, dgx[097-128]: 32) need 32 blocks;
+    a /20 holds 16 of /24."""
+    from tests.conftest import ROOT
+
+    spec = yaml.safe_load((ROOT / "inventories/dgx-h100/cluster.yaml").read_text())
+    assert spec["partitions"]["kubernetes"]["workers"] == "dgx[097-128]"
+    spec["partitions"]["kubernetes"]["network"] = {"pod_cidr": "10.244.0.0/20"}
+    with pytest.raises(SpecError) as info:
+        loads_plan(yaml.safe_dump(spec, sort_keys=False), "small.yaml")
+    (problem,) = [p for p in info.value.problems if p.path == "partitions.kubernetes.network.pod_cidr"]
+    assert "10.244.0.0/20 holds 16 blocks of /24 but the partition has 32 workers" in problem.message
+    spec["partitions"]["kubernetes"]["network"] = {"pod_cidr": "10.244.0.0/19"}  # 32 blocks: fits exactly
+    loads_plan(yaml.safe_dump(spec, sort_keys=False), "fits.yaml")

@@ -127,6 +127,7 @@ def compile_inventory(
         if k8s is not None and n.name in k8s.labels:
             hv["railyard_node_labels"] = k8s.labels[n.name]
             hv["railyard_node_capacity"] = k8s.capacity[n.name]
+            hv["railyard_pod_cidr"] = k8s.network.pod_cidrs[n.name]
         mounts = mounts_of.get(n.name)
         if mounts:
             hv["railyard_mount_units"] = mounts
@@ -212,6 +213,9 @@ def cluster_vars(plan: Any) -> dict[str, Any]:
     roles install an MPI built with PMIx (Debian's OpenMPI).
     railyard_slurm_config_delivery: ``configless`` or ``files``, how the Slurm roles deliver
     slurm.conf (set only with a Slurm partition).
+    railyard_k8s_pod_cidr, railyard_k8s_service_cidr, railyard_k8s_cluster_dns,
+    railyard_k8s_dns_domain: the Kubernetes partition's addresses (spec
+    partitions.kubernetes.network); each worker's own block is its railyard_pod_cidr.
     """
     slurm = plan.spec.partitions.slurm
     versions = plan.spec.cluster.versions
@@ -226,6 +230,10 @@ def cluster_vars(plan: Any) -> dict[str, Any]:
     }
     if plan.slurm is not None:
         out["railyard_slurm_config_delivery"] = plan.slurm.config_delivery
+    if plan.kubernetes is not None:
+        net = plan.kubernetes.network
+        out |= {"railyard_k8s_pod_cidr": net.pod_cidr, "railyard_k8s_service_cidr": net.service_cidr,
+                "railyard_k8s_cluster_dns": net.cluster_dns, "railyard_k8s_dns_domain": net.dns_domain}
     return out
 
 

@@ -39,6 +39,34 @@ class KubernetesPlan:
     kueue: tuple[dict[str, Any], ...]
     volcano: tuple[dict[str, Any], ...]
     volcano_scheduler_conf: dict[str, Any]
+    network: PodAddresses
+
+
+@dataclass(frozen=True)
+class PodAddresses:
+    """Where pods and Services live (spec partitions.kubernetes.network)."""
+
+    pod_cidr: str  # the whole partition's
+    pod_cidrs: dict[str, str]  # worker -> its block: the Node's podCIDR, its CNI bridge's subnet
+    service_cidr: str
+    cluster_dns: str  # the kube-dns Service's ClusterIP: the tenth address of service_cidr
+    dns_domain: str
+
+
+def pod_addresses(cluster: Cluster, workers: list[Node]) -> PodAddresses:
+    """One block of pod_cidr per worker, in the partition's worker order (validate has
+    checked there are enough)."""
+    k8s = cluster.partitions.kubernetes
+    assert k8s is not None
+    net = k8s.network
+    blocks = net.pod_cidr.subnets(new_prefix=net.node_prefix)
+    return PodAddresses(
+        pod_cidr=str(net.pod_cidr),
+        pod_cidrs={n.name: str(block) for n, block in zip(workers, blocks, strict=False)},
+        service_cidr=str(net.service_cidr),
+        cluster_dns=str(net.service_cidr.network_address + 10),
+        dns_domain=net.dns_domain,
+    )
 
 
 def flavor_of(node: Node) -> str:
@@ -277,4 +305,5 @@ def compile_kubernetes(cluster: Cluster, nodes: list[Node], fabric: Fabric | Non
         kueue=tuple(_kueue(cluster, workers, keys, fabric is not None)),
         volcano=tuple(_volcano(cluster, workers, fabric)),
         volcano_scheduler_conf=_scheduler_conf(fabric is not None),
+        network=pod_addresses(cluster, workers),
     )

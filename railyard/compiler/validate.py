@@ -199,6 +199,8 @@ def _kubernetes(cluster: Cluster, nodes: list[Node], fabric: Fabric | None, prob
     if nodes and in_lab(nodes):
         _installable(versions.kubernetes, builds.kubernetes_minor(), "kubernetes", "Kubernetes", problems, lab=True)
 
+    _pod_network(cluster, sum("k8s_worker" in n.roles for n in nodes), problems)
+
     kueue = k8s.kueue
     cohorts = {c.name for c in kueue.cohorts}
     for i, c in enumerate(kueue.cohorts):
@@ -263,6 +265,34 @@ def _kubernetes(cluster: Cluster, nodes: list[Node], fabric: Fabric | None, prob
                     "lower them so they fit (borrowing inside a cohort covers the rest)",
                 )
             )
+
+
+def _pod_network(cluster: Cluster, workers: int, problems: list[Problem]) -> None:
+    """Pods, Services and nodes each need addresses of their own, and every worker a block."""
+    k8s = cluster.partitions.kubernetes
+    assert k8s is not None
+    path = "partitions.kubernetes.network"
+    net = k8s.network
+    if net.service_cidr.prefixlen < 12:
+        problems.append(Problem(f"{path}.service_cidr", f"{net.service_cidr} is wider than the apiserver accepts "
+                                "(at most a /12, 1,048,576 Services); use a /12 or narrower"))
+    elif net.service_cidr.num_addresses < 16:
+        problems.append(Problem(f"{path}.service_cidr", f"{net.service_cidr} has {net.service_cidr.num_addresses} "
+                                "addresses; the cluster DNS is the tenth: use a /28 or wider"))
+    if net.pod_cidr.prefixlen >= net.node_prefix:
+        problems.append(Problem(f"{path}.node_prefix", f"each worker's block (/{net.node_prefix}) must be narrower than "
+                                f"pod_cidr {net.pod_cidr}; raise node_prefix or widen pod_cidr"))
+    elif workers > 2 ** (net.node_prefix - net.pod_cidr.prefixlen):
+        blocks = 2 ** (net.node_prefix - net.pod_cidr.prefixlen)
+        problems.append(Problem(f"{path}.pod_cidr", f"{net.pod_cidr} holds {blocks} blocks of /{net.node_prefix} but the "
+                                f"partition has {workers} workers, one block each; widen pod_cidr or raise node_prefix"))
+    ranges = (("pod_cidr", net.pod_cidr), ("service_cidr", net.service_cidr),
+              ("the management network", cluster.network.management.cidr))
+    for i, (name, a) in enumerate(ranges):
+        for other, b in ranges[i + 1:]:
+            if a.overlaps(b):
+                problems.append(Problem(f"{path}.{name}", f"{a} overlaps {other} ({b}): a packet to an address "
+                                        "in both could not be routed; pick ranges that do not overlap"))
 
 
 def _cohort_cycles(cohorts: list, path: str, problems: list[Problem]) -> None:
