@@ -17,6 +17,8 @@ KUEUE = "0.17.0"
 VOLCANO = "1.14.1"
 VOLCANO_APIS = "1.14.0"
 KWOK = "0.8.0"
+# The cluster DNS (kube-system/coredns), built with the plugins its Corefile uses.
+COREDNS = "1.14.7"
 
 
 def kubernetes_minor() -> str:

@@ -36,12 +36,13 @@ K8S_VERSION=${K8S_VERSION:-v$(build_of KUBERNETES)}
 KUEUE_VERSION=${KUEUE_VERSION:-v$(build_of KUEUE)}
 KWOK_VERSION=${KWOK_VERSION:-v$(build_of KWOK)}
 VOLCANO_VERSION=${VOLCANO_VERSION:-v$(build_of VOLCANO)}
+COREDNS_VERSION=${COREDNS_VERSION:-v$(build_of COREDNS)}
 # volcano.sh/volcano replaces volcano.sh/apis by ./staging/..., which its module zip does
 # not carry: the build requires volcano.sh/apis at this version instead. The proxy serves
 # apis v1.13.0 and v1.14.0 (not v1.14.1, v1.15.x); VOLCANO_VERSION=v1.14.1
 # VOLCANO_APIS_VERSION=v1.14.0 builds (692 s on 2 busy cores).
 VOLCANO_APIS_VERSION=${VOLCANO_APIS_VERSION:-v$(build_of VOLCANO_APIS)}
-for v in K8S_VERSION KUEUE_VERSION KWOK_VERSION VOLCANO_VERSION VOLCANO_APIS_VERSION; do
+for v in K8S_VERSION KUEUE_VERSION KWOK_VERSION VOLCANO_VERSION VOLCANO_APIS_VERSION COREDNS_VERSION; do
     [[ ${!v} =~ ^v[0-9]+\.[0-9]+\.[0-9]+$ ]] || { printf 'build-k8s: ERROR: %s is "%s", not vX.Y.Z (railyard/builds.py)\n' "$v" "${!v}" >&2; exit 1; }
 done
 ETCD_SOURCE=${ETCD_SOURCE:-apt}          # apt | go
@@ -52,7 +53,7 @@ ROOT=$CACHE/$K8S_VERSION
 BIN=$ROOT/bin
 LOGS=$ROOT/logs
 NOTES=${RAILYARD_K8S_NOTES:-/tmp/k8s-notes.md}
-DEFAULT_COMPONENTS="etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kueue kwok crds volcano images"
+DEFAULT_COMPONENTS="etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy kueue kwok crds volcano images coredns"
 
 log() { printf 'build-k8s: %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -257,6 +258,49 @@ build_images() {
     set_stamp images "$want"
 }
 
+# The cluster DNS: CoreDNS with the plugins of the Corefile roles/k8s_control_plane writes
+# (a main package of our own over coremain, as CoreDNS documents for a custom plugin set:
+# the stock one links every plugin and their cloud SDKs), in an image of its own
+# (localhost/railyard/coredns:<version>, images/coredns.tar), as the kube-system/coredns
+# Deployment runs it on a real kubelet. A site pulls registry.k8s.io/coredns/coredns.
+COREDNS_PLUGINS="cache errors forward health kubernetes loadbalance log loop metrics ready reload"
+build_coredns() {
+    local want="github.com/coredns/coredns@$COREDNS_VERSION plugins:${COREDNS_PLUGINS// /,}" logf=$LOGS/coredns.log
+    local w=$ROOT/src/coredns ref="localhost/railyard/coredns:${COREDNS_VERSION#v}" tmp p
+    is_cached coredns "$want" "$BIN/coredns" "$ROOT/images/coredns.tar" && return 0
+    if [[ -f $BIN/.refused-coredns ]]; then
+        log "coredns: refused earlier by the proxy (rm $BIN/.refused-coredns to retry):"
+        sed 's/^/    /' "$BIN/.refused-coredns" >&2; return 2
+    fi
+    command -v podman >/dev/null || { log "coredns: needs podman to build $ref"; return 1; }
+    find_go
+    mkdir -p "$w"
+    {
+        printf 'package main\n\nimport (\n'
+        for p in $COREDNS_PLUGINS; do printf '\t_ "github.com/coredns/coredns/plugin/%s"\n' "$p"; done
+        printf '\n\t"github.com/coredns/coredns/coremain"\n)\n\nfunc main() { coremain.Run() }\n'
+    } >"$w/main.go"
+    printf 'module railyard.invalid/corednsbuild\n\ngo 1.25\n\nrequire github.com/coredns/coredns %s\n' \
+        "$COREDNS_VERSION" >"$w/go.mod"
+    log "coredns: go build github.com/coredns/coredns@$COREDNS_VERSION with $COREDNS_PLUGINS (log: $logf)"
+    if ! (cd "$w" && gorun build -trimpath -ldflags "-s -w -X github.com/coredns/coredns/coremain.GitCommit=$COREDNS_VERSION" \
+              -o "$BIN/coredns.tmp" .) >"$logf" 2>&1; then
+        if proxy_refused "$logf"; then note_refusal coredns "build $want" "$logf"; return 2; fi
+        tail -n 20 "$logf" >&2; return 1
+    fi
+    mv -f "$BIN/coredns.tmp" "$BIN/coredns"
+    tmp=$(mktemp -d)
+    if ! (cd "$tmp" && cp "$BIN/coredns" . &&
+          printf '%s\n' 'FROM scratch' 'COPY coredns /coredns' 'ENTRYPOINT ["/coredns"]' >Containerfile &&
+          podman build -q -t "$ref" . &&
+          mkdir -p "$ROOT/images" && rm -f "$ROOT/images/coredns.tar" &&
+          podman save --format docker-archive -o "$ROOT/images/coredns.tar" "$ref") >>"$logf" 2>&1; then
+        rm -rf "$tmp"; tail -n 5 "$logf" >&2; return 1
+    fi
+    rm -rf "$tmp"
+    set_stamp coredns "$want"
+}
+
 copy_crds() {  # Kueue's and Volcano's CRD YAMLs from their module zips
     local want="kueue@$KUEUE_VERSION volcano@$VOLCANO_VERSION kwok@$KWOK_VERSION manifests:kueue-rbac+secrets,kwok-rbac,volcano-jobflow+rbac" logf=$LOGS/crds.log d
     is_cached crds "$want" "$ROOT/crds/kueue" && return 0
@@ -310,12 +354,13 @@ main() {
         t0=$EPOCHREALTIME; st=0
         case $c in
             etcd) build_etcd || st=$? ;;
-            kube-apiserver|kube-controller-manager|kube-scheduler|kubectl|kubelet) build_k8s_cmd "$c" || st=$? ;;
+            kube-apiserver|kube-controller-manager|kube-scheduler|kubectl|kubelet|kube-proxy) build_k8s_cmd "$c" || st=$? ;;
             kueue) go_install kueue "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION" kueue || st=$? ;;
             kwok) go_install kwok "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" kwok || st=$? ;;
             volcano) build_volcano || st=$? ;;
             crds) copy_crds || st=$? ;;
             images) build_images || st=$? ;;
+            coredns) build_coredns || st=$? ;;
             *) die "unknown component '$c' (known: $DEFAULT_COMPONENTS)" ;;
         esac
         SECONDS_TAKEN[$c]=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN{printf "%.1f", b-a}')

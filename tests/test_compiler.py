@@ -256,6 +256,29 @@ def test_workers_reach_the_api_port_the_control_plane_serves():
     assert roles.default(ROOT, "k8s_worker", "k8s_worker_api_port") == port
 
 
+def test_the_cluster_dns_image_is_the_coredns_release_the_lab_builds():
+    """k8s_control_plane's default image (a site's) and the lab's build name one release."""
+    from railyard import builds
+    from railyard.apply import roles
+    from railyard.apply.playbooks import LAB_DNS_IMAGE
+
+    assert builds.COREDNS == "1.14.7"
+    assert roles.default(ROOT, "k8s_control_plane", "k8s_control_plane_dns_image") == "registry.k8s.io/coredns/coredns:v1.14.7"
+    assert LAB_DNS_IMAGE == "localhost/railyard/coredns:1.14.7"
+
+
+def test_each_worker_gets_its_own_block_of_the_pod_network():
+    """The lab keeps the default network (10.244.0.0/16 in /24 blocks; Services 10.96.0.0/16):
+    a block per worker in the spec's order (kw[1-2]), the DNS at the Service range's tenth address."""
+    net = PLANS["lab"].kubernetes.network
+    assert net.pod_cidrs == {"kw1": "10.244.0.0/24", "kw2": "10.244.1.0/24"}
+    assert (net.pod_cidr, net.service_cidr, net.cluster_dns, net.dns_domain) == (
+        "10.244.0.0/16", "10.96.0.0/16", "10.96.0.10", "cluster.local")
+    hv = PLANS["lab"].inventory.hostvars
+    assert (hv["kw1"]["railyard_pod_cidr"], hv["kw2"]["railyard_pod_cidr"]) == ("10.244.0.0/24", "10.244.1.0/24")
+    assert "railyard_pod_cidr" not in hv["kcp1"]
+
+
 @pytest.mark.parametrize("name", sorted(PLANS))
 def test_slurm_config_files_are_the_rendered_top_of_slurm(name):
     art = render(PLANS[name])

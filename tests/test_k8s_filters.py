@@ -49,7 +49,8 @@ def test_node_carries_the_compiled_labels_and_the_plans_capacity(artifacts, name
     node = worker.k8s_node(name, hv["railyard_node_labels"], hv["railyard_node_capacity"],
                            hv["railyard_address"], {"kwok.x-k8s.io/node": "fake"})
     assert hv["railyard_node_labels"] == labels
-    assert node["metadata"]["labels"] == {**labels, "kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
+    assert node["metadata"]["labels"] == {**labels, "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                                          "railyard.dev/agent": "kwok"}
     assert node["status"]["capacity"] == {"cpu": "2", "memory": "1000Mi", "pods": "110", "nvidia.com/gpu": "2"}
     assert node["status"]["allocatable"] == node["status"]["capacity"]
     assert {"type": "InternalIP", "address": hv["railyard_address"]} in node["status"]["addresses"]
@@ -232,3 +233,57 @@ def test_volcano_rbac_reads_the_built_manifest():
     rules = {d["metadata"]["name"]: d["rules"] for d in docs if d["kind"] == "ClusterRole"}
     assert any("hypernodes" in r.get("resources", []) for r in rules["volcano-scheduler"]), rules["volcano-scheduler"]
     assert any("jobs" in r.get("resources", []) for r in rules["volcano-controllers"])
+
+
+def _hv(address: str | None, pod_cidr: str | None = None, agent: str | None = None) -> dict:
+    hv: dict = {}
+    if address is not None:
+        hv["railyard_address"] = address
+    if pod_cidr is not None:
+        hv["railyard_pod_cidr"] = pod_cidr
+    if agent is not None:
+        hv["railyard_k8s_agent"] = agent
+    return hv
+
+
+def test_pod_routes_go_to_every_other_kubelet_node_for_its_block():
+    hostvars = {"kw1": _hv("10.77.0.20", "10.244.0.0/24"), "kw2": _hv("10.77.0.21", "10.244.1.0/24"),
+                "kw3": _hv("10.77.0.22", "10.244.2.0/24"), "sim1": _hv("10.77.0.23", "10.244.3.0/24", "kwok")}
+    assert worker.k8s_pod_routes(["kw1", "kw2", "kw3", "sim1"], hostvars, "kw2") == [
+        {"cidr": "10.244.0.0/24", "via": "10.77.0.20", "node": "kw1"},
+        {"cidr": "10.244.2.0/24", "via": "10.77.0.22", "node": "kw3"},
+    ]  # not to itself, not to a KWOK node (no pods there)
+
+
+def test_pod_routes_without_a_plan_use_the_roles_default_blocks():
+    hostvars = {"a": _hv("192.0.2.1"), "b": _hv("192.0.2.2")}
+    assert worker.k8s_pod_routes(["a", "b"], hostvars, "a") == [{"cidr": "10.244.1.0/24", "via": "192.0.2.2", "node": "b"}]
+
+
+@pytest.mark.parametrize("address", [None, "kw2.lab", ""])
+def test_pod_routes_refuse_a_worker_without_an_address(address):
+    with pytest.raises(ValueError, match="worker kw2 has no IPv4 railyard_address"):
+        worker.k8s_pod_routes(["kw1", "kw2"], {"kw1": _hv("10.0.0.1"), "kw2": _hv(address)}, "kw1")
+
+
+def test_routes_missing_compares_block_and_next_hop_with_what_the_kernel_routes():
+    planned = [{"cidr": "10.244.0.0/24", "via": "10.77.0.20", "node": "kw1"},
+               {"cidr": "10.244.2.0/24", "via": "10.77.0.22", "node": "kw3"}]
+    # `ip -json route show proto boot` as iproute2 prints it
+    kernel = json.dumps([{"dst": "10.244.0.0/24", "gateway": "10.77.0.20", "dev": "eth0", "protocol": "boot", "flags": []},
+                         {"dst": "10.244.2.0/24", "gateway": "10.77.0.99", "dev": "eth0", "protocol": "boot", "flags": []}])
+    assert worker.k8s_routes_missing(planned, kernel) == ["10.244.2.0/24 via 10.77.0.22"]  # wrong next hop
+    assert worker.k8s_routes_missing(planned, "[]") == ["10.244.0.0/24 via 10.77.0.20", "10.244.2.0/24 via 10.77.0.22"]
+    assert worker.k8s_routes_missing(planned, "not json") == ["10.244.0.0/24 via 10.77.0.20", "10.244.2.0/24 via 10.77.0.22"]
+    assert worker.k8s_routes_missing([], "") == []
+
+
+def test_the_nodes_pod_cidr_is_its_block_and_says_which_agent_runs_it():
+    cap = {"cpu": "2", "memory": "1000Mi", "pods": "110"}
+    node = worker.k8s_node("kw2", {}, cap, "10.0.0.6", {}, "kubelet", "10.244.1.0/24")
+    assert node["spec"] == {"podCIDR": "10.244.1.0/24", "podCIDRs": ["10.244.1.0/24"]}
+    assert node["metadata"]["labels"]["railyard.dev/agent"] == "kubelet"
+    assert worker.k8s_node_spec(node)["spec"] == node["spec"]  # applied with the labels
+    assert "spec" not in worker.k8s_node("kw1", {}, cap, "10.0.0.5")  # no block given: nothing claimed
+    with pytest.raises(ValueError):
+        worker.k8s_node("kw2", {}, cap, "10.0.0.6", {}, "kubelet", "10.244.1.7/24")  # host bits: a typo

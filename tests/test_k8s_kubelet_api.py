@@ -29,6 +29,7 @@ def _cp_vars() -> dict:
     return {"k8s_control_plane_bin_dir": defaults["k8s_control_plane_bin_dir"],
             "k8s_control_plane_version": "1.35.4", "k8s_control_plane_api_port": 6443,
             "k8s_control_plane_service_cidr": "10.96.0.0/16", "k8s_control_plane_config_dir": "/etc/kubernetes",
+            "k8s_control_plane_dns_domain": "cluster.local",
             "_k8s_control_plane_address": "10.78.0.16", "_k8s_control_plane_pki": "/etc/kubernetes/pki",
             "_k8s_control_plane_kubelet_client": constants["_k8s_control_plane_kubelet_client"]}
 
@@ -56,10 +57,13 @@ def test_the_kubelet_client_is_kubeadms_user_bound_to_kubelet_api_admin_only():
 def test_the_kubelet_serves_the_cluster_cas_certificate_to_callers_the_apiserver_authorises():
     for in_container in (False, True):
         config = yaml.safe_load(_render(WORKER / "templates/kubelet-config.yaml.j2", {
-            "_k8s_worker_pki": "/etc/kubernetes/kubelet/pki", "k8s_worker_node_in_container": in_container}))
+            "_k8s_worker_pki": "/etc/kubernetes/kubelet/pki", "k8s_worker_node_in_container": in_container,
+            "k8s_worker_cluster_dns": "10.96.0.10", "k8s_worker_dns_domain": "cluster.local"}))
         assert config["tlsCertFile"] == "/etc/kubernetes/kubelet/pki/kubelet-serving.crt"
         assert config["tlsPrivateKeyFile"] == "/etc/kubernetes/kubelet/pki/kubelet-serving.key"
         assert config["authentication"] == {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
                                             "x509": {"clientCAFile": "/etc/kubernetes/kubelet/pki/ca.crt"}}
         assert config["authorization"] == {"mode": "Webhook"}
         assert config["readOnlyPort"] == 0
+        # every pod's resolver is the cluster DNS
+        assert (config["clusterDNS"], config["clusterDomain"]) == (["10.96.0.10"], "cluster.local")

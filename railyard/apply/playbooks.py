@@ -87,6 +87,8 @@ def _package_vars(prefix: str, which: str) -> Callable[[Plan], dict[str, Any]]:
 LAB_K8S_RELEASE = builds.KUBERNETES
 # The one image the lab's kubelets run (scripts/build-k8s.sh images): workload and sandbox.
 LAB_IMAGE = "localhost/railyard/busybox:1"
+# CoreDNS as the lab builds it (scripts/build-k8s.sh coredns); a site pulls the official image.
+LAB_DNS_IMAGE = f"localhost/railyard/coredns:{builds.COREDNS}"
 
 
 def lab_k8s_dir() -> Path:
@@ -106,14 +108,16 @@ def _k8s_vars(role: str) -> Callable[[Plan], dict[str, Any]]:
         if role == "k8s_control_plane":
             out: dict[str, Any] = {"k8s_control_plane_install_source": "binaries" if lab else "release"}
             if lab:
-                out |= {"k8s_control_plane_version": LAB_K8S_RELEASE, "k8s_control_plane_binaries_dir": str(d / "bin")}
+                out |= {"k8s_control_plane_version": LAB_K8S_RELEASE, "k8s_control_plane_binaries_dir": str(d / "bin"),
+                        "k8s_control_plane_dns_image": LAB_DNS_IMAGE}
             return out
         if role == "k8s_worker":
             if plan.k8s_worker_agent == "kubelet":  # the lab: node containers, the image built here
                 return {"k8s_worker_kubelet": "kubelet", "k8s_worker_install_source": "binaries",
                         "k8s_worker_kubelet_version": LAB_K8S_RELEASE, "k8s_worker_binaries_dir": str(d / "bin"),
                         "k8s_worker_node_in_container": True, "k8s_worker_containerd_snapshotter": "native",
-                        "k8s_worker_sandbox_image": LAB_IMAGE, "k8s_worker_image_archives": [str(d / "images/busybox.tar")]}
+                        "k8s_worker_sandbox_image": LAB_IMAGE,
+                        "k8s_worker_image_archives": [str(d / "images/busybox.tar"), str(d / "images/coredns.tar")]}
             return {"k8s_worker_install_source": "release", "k8s_worker_kwok_manifests_dir": str(d / "manifests/kwok")}
         if role == "kueue":
             return {"kueue_version": versions.kueue, "kueue_binaries_dir": str(d / "bin"), "kueue_manifests_dir": str(d)}

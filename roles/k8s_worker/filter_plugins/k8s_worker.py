@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 from typing import Any
 
 import yaml
+
+AGENT_LABEL = "railyard.dev/agent"
 
 
 def k8s_node(
@@ -15,6 +18,7 @@ def k8s_node(
     address: str,
     annotations: dict[str, str] | None = None,
     agent: str = "kwok",
+    pod_cidr: str | None = None,
 ) -> dict[str, Any]:
     """The Node a worker registers: the plan's labels, and the plan's capacity in status.
 
@@ -24,20 +28,27 @@ def k8s_node(
     carries all of it. A real kubelet measures CPUs, memory, pods and addresses itself:
     then only the extended resources (``nvidia.com/gpu``, as a device plugin would
     advertise them) are set, and status is empty on a node without GPUs.
+
+    The label ``railyard.dev/agent`` says which: what must run a container (CoreDNS)
+    selects ``kubelet``. *pod_cidr*, the node's block of the plan's pod network, is the
+    Node's ``spec.podCIDR`` (which the apiserver lets be set once).
     """
     if agent not in ("kwok", "kubelet"):
         raise ValueError(f"k8s_node: agent must be kwok or kubelet, not {agent!r}")
     cap = {str(k): str(v) for k, v in capacity.items() if agent == "kwok" or "/" in str(k)}
     meta: dict[str, Any] = {
         "name": name,
-        "labels": {**labels, "kubernetes.io/hostname": name, "kubernetes.io/os": "linux"},
+        "labels": {**labels, "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", AGENT_LABEL: agent},
     }
     if annotations:
         meta["annotations"] = dict(annotations)
     status: dict[str, Any] = {"capacity": cap, "allocatable": cap} if cap else {}
     if agent == "kwok":
         status["addresses"] = [{"type": "InternalIP", "address": address}, {"type": "Hostname", "address": name}]
-    return {"apiVersion": "v1", "kind": "Node", "metadata": meta, "status": status}
+    node: dict[str, Any] = {"apiVersion": "v1", "kind": "Node", "metadata": meta}
+    if pod_cidr:
+        node["spec"] = {"podCIDR": str(ipaddress.IPv4Network(pod_cidr)), "podCIDRs": [str(ipaddress.IPv4Network(pod_cidr))]}
+    return {**node, "status": status}
 
 
 def k8s_node_status_differs(observed: dict[str, Any] | str, node: dict[str, Any]) -> bool:
@@ -109,8 +120,47 @@ def k8s_worker_rbac(role_yaml: str, group: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "List", "items": [role, binding]}
 
 
+def k8s_pod_routes(workers: list[str], hostvars: Any, me: str) -> list[dict[str, str]]:
+    """The routes *me* needs to the other workers' pods: each real kubelet node's pod
+    block (its ``railyard_pod_cidr``; without a plan, ``10.244.<index>.0/24`` as the role's
+    default) via its address (``railyard_address``). A KWOK node runs no pods: no route.
+
+    A worker without an address cannot be routed to: that is an error naming the node,
+    not a route left out.
+    """
+    routes: list[dict[str, str]] = []
+    for i, name in enumerate(workers):
+        hv = hostvars[name]
+        agent = hv.get("railyard_k8s_agent") or hv.get("k8s_worker_kubelet") or "kubelet"
+        if name == me or agent == "kwok":
+            continue
+        via = str(hv.get("railyard_address") or "")
+        try:
+            ipaddress.IPv4Address(via)
+        except ValueError:
+            raise ValueError(
+                f"k8s_pod_routes: worker {name} has no IPv4 railyard_address ({via!r}): the other nodes "
+                "route its pods' block to that address; set railyard_address (railyard render does)"
+            ) from None
+        cidr = str(ipaddress.IPv4Network(hv.get("railyard_pod_cidr") or f"10.244.{i}.0/24"))
+        routes.append({"cidr": cidr, "via": via, "node": name})
+    return routes
+
+
+def k8s_routes_missing(planned: list[dict[str, str]], ip_json: str) -> list[str]:
+    """The planned routes (:func:`k8s_pod_routes`) the kernel does not have, as
+    ``<cidr> via <address>``, from ``ip -json route show`` (a route to the right block
+    through another node is missing too). Unreadable output: all of them."""
+    try:
+        have = {(r.get("dst"), r.get("gateway")) for r in json.loads(ip_json or "[]") if isinstance(r, dict)}
+    except ValueError:
+        have = set()
+    return [f"{r['cidr']} via {r['via']}" for r in planned if (r["cidr"], r["via"]) not in have]
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {"k8s_node": k8s_node, "k8s_worker_rbac": k8s_worker_rbac, "k8s_node_status": k8s_node_status,
                 "k8s_node_spec": k8s_node_spec, "k8s_node_status_differs": k8s_node_status_differs,
-                "k8s_serving_sans": k8s_serving_sans}
+                "k8s_serving_sans": k8s_serving_sans, "k8s_pod_routes": k8s_pod_routes,
+                "k8s_routes_missing": k8s_routes_missing}
