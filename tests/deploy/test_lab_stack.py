@@ -15,6 +15,7 @@ limit and its teardown toward the last one's. Step times go to .railyard/e2e/tim
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -435,6 +436,138 @@ def test_kubernetes_partition_serves_the_plan(stack: dict) -> None:
         got = kubectl("get", "queues.scheduling.volcano.sh", q["metadata"]["name"])
         assert got.get("status", {}).get("state") == "Open", got.get("status")
     assert kubectl("get", "queues.scheduling.volcano.sh", "root")["metadata"]["name"] == "root"
+
+
+def _kubectl(*args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return _podman("exec", "-i", "railyard-lab-kcp1", "kubectl", *args, input=input, check=check)
+
+
+def _pods(namespace: str, selector: str) -> list[dict]:
+    return json.loads(_kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json").stdout)["items"]
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+# The rendezvous of a 2-rank job, as torchrun does it: MASTER_ADDR is rank 0's name under
+# the job's headless Service (the lab's namespace and the default cluster domain), resolved
+# by the cluster DNS; rank 1 connects to it and sends its token, rank 0 answers with its own
+# on the same connection. Both print what they got. (busybox's nslookup asks the DNS server
+# itself; its nc, linked statically, resolves no names, so it is given the address.)
+RDZV_SCRIPT = r"""
+set -u
+me="rank$JOB_COMPLETION_INDEX@$(hostname)"
+MASTER_ADDR=ring-0.ring.team-a.svc.cluster.local
+addr=""
+for i in $(seq 60); do
+  addr=$(nslookup -type=a "$MASTER_ADDR" 2>/dev/null | sed -n 's/^Address: //p' | tail -n 1)
+  [ -n "$addr" ] && break; sleep 1
+done
+echo "resolved $MASTER_ADDR: $addr"
+got=""
+if [ "$JOB_COMPLETION_INDEX" = 0 ]; then
+  got=$(echo "$me" | nc -l -p 29500 -w 60)
+else
+  for i in $(seq 60); do
+    got=$(echo "$me" | nc -w 5 "$addr" 29500) && [ -n "$got" ] && break; sleep 1
+  done
+fi
+echo "got: $got"
+[ -n "$got" ]
+"""
+
+
+@pytest.mark.timeout(420)  # CoreDNS Ready, 10 pods, then the 2-pod job from admission to done
+def test_pods_reach_each_other_by_dns_name(stack: dict) -> None:
+    """Issue 22 item 3: the pod network spans the workers and CoreDNS answers for Services.
+
+    An Indexed Job of 2 ranks, one whole node (2 GPUs) each, so on kw1 and kw2, queued to
+    Kueue with the required-topology annotation, rendezvous through a headless Service by
+    rank 0's DNS name and exchange tokens over TCP. The lab's two workers are in different
+    SUs (su1, su2: the placement tests need that), so the job requires the spine level both
+    share; the CONTROL, the same job requiring one SU, is not admitted (4 GPUs are in no
+    single SU), so the annotation is what Kueue placed by. Also measured: pod start on a
+    real kubelet (10 pods) and Kueue admission to both ranks Running."""
+    plan = load_plan(LAB)
+    assert plan.kubernetes is not None
+    net = plan.kubernetes.network
+    spine_key, su_key = "topology.railyard.dev/spine", "topology.railyard.dev/su"  # the lab spec's levels
+    ns, queue = "team-a", "gpu"  # the lab spec's local queue
+    # CoreDNS runs on the kubelet workers behind the kube-dns Service at the plan's address
+    _kubectl("-n", "kube-system", "rollout", "status", "deployment/coredns", "--timeout=120s")
+    svc = json.loads(_kubectl("-n", "kube-system", "get", "service", "kube-dns", "-o", "json").stdout)
+    assert svc["spec"]["clusterIP"] == "10.96.0.10" == net.cluster_dns
+
+    # pod start on a real kubelet: 10 pods, 5 on each worker, created at once
+    pods = [{"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"name": f"start-{i}", "namespace": "default", "labels": {"railyard-test": "start"}},
+             "spec": {"nodeName": ("kw1", "kw2")[i % 2], "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
+                      "containers": [{"name": "c", "image": LAB_IMAGE, "imagePullPolicy": "Never",
+                                      "command": ["sleep", "600"]}]}} for i in range(10)]
+    t0 = time.monotonic()
+    _kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": pods}))
+    started: dict[str, float] = {}
+    while len(started) < len(pods) and time.monotonic() - t0 < 120:
+        for p in _pods("default", "railyard-test=start"):
+            if p["status"].get("phase") == "Running" and p["metadata"]["name"] not in started:
+                started[p["metadata"]["name"]] = time.monotonic() - t0
+        time.sleep(0.25)
+    assert len(started) == len(pods), f"Running after 120 s: {sorted(started)}"
+    ips = {p["metadata"]["name"]: (p["spec"]["nodeName"], p["status"]["podIP"]) for p in _pods("default", "railyard-test=start")}
+    _kubectl("delete", "pods", "-n", "default", "-l", "railyard-test=start", "--grace-period=0", "--force", "--wait=false")
+    secs = list(started.values())
+    TIMES.update(pod_start_median_s=round(_percentile(secs, 0.5), 2), pod_start_p90_s=round(_percentile(secs, 0.9), 2))
+    print(f"\n10 pods Running on real kubelets: median {_percentile(secs, 0.5):.2f} s, p90 {_percentile(secs, 0.9):.2f} s")
+    # each pod's address is in its node's block of the plan's pod network
+    for name, (node, ip) in ips.items():
+        assert ipaddress.ip_address(ip) in ipaddress.ip_network(net.pod_cidrs[node]), (name, node, ip)
+
+    def job(name: str, level: str) -> dict:
+        return {"apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": name, "namespace": ns, "labels": {"kueue.x-k8s.io/queue-name": queue}},
+                "spec": {"completionMode": "Indexed", "completions": 2, "parallelism": 2, "backoffLimit": 0,
+                         "suspend": True,
+                         "template": {
+                             "metadata": {"annotations": {"kueue.x-k8s.io/podset-required-topology": level}},
+                             "spec": {"subdomain": "ring", "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
+                                      "containers": [{"name": "rank", "image": LAB_IMAGE, "imagePullPolicy": "Never",
+                                                      "command": ["sh", "-c", RDZV_SCRIPT],
+                                                      "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}}}
+
+    headless = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "ring", "namespace": ns},
+                "spec": {"clusterIP": "None", "selector": {"job-name": "ring"}, "publishNotReadyAddresses": True,
+                         "ports": [{"name": "rdzv", "port": 29500}]}}
+    _kubectl("apply", "-f", "-", input=json.dumps(headless))
+    # CONTROL: one SU holds 2 GPUs in the lab, the job needs 4: Kueue does not admit it
+    _kubectl("apply", "-f", "-", input=json.dumps(job("ring-one-su", su_key)))
+    t0 = time.monotonic()
+    _kubectl("apply", "-f", "-", input=json.dumps(job("ring", spine_key)))
+    _kubectl("-n", ns, "wait", "job/ring", "--for=jsonpath={.spec.suspend}=false", "--timeout=60s")
+    admitted = time.monotonic() - t0
+    while time.monotonic() - t0 < 120:
+        ranks = _pods(ns, "job-name=ring")
+        if len(ranks) == 2 and all(p["status"].get("phase") in ("Running", "Succeeded") for p in ranks):
+            break
+        time.sleep(0.25)
+    running = time.monotonic() - t0
+    _kubectl("-n", ns, "wait", "job/ring", "--for=condition=Complete", "--timeout=120s")
+    TIMES.update(kueue_admitted_s=round(admitted, 2), kueue_admitted_to_running_s=round(running - admitted, 2))
+    print(f"2-rank job: admitted by Kueue after {admitted:.2f} s, both ranks Running {running - admitted:.2f} s later")
+    ranks = {int(p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]): p for p in _pods(ns, "job-name=ring")}
+    assert sorted(ranks) == [0, 1]
+    assert {ranks[i]["spec"]["nodeName"] for i in ranks} == {"kw1", "kw2"}, "a whole node each"
+    logs = {i: _kubectl("-n", ns, "logs", p["metadata"]["name"]).stdout for i, p in ranks.items()}
+    for i in ranks:
+        # rank 0's name resolved to rank 0's pod address, and each got the other's token (an
+        # Indexed Job's pod is named <job>-<index> as its hostname)
+        assert f"resolved ring-0.ring.team-a.svc.cluster.local: {ranks[0]['status']['podIP']}" in logs[i], logs[i]
+        assert f"got: rank{1 - i}@ring-{1 - i}" in logs[i], logs[i]
+    control = json.loads(_kubectl("-n", ns, "get", "job", "ring-one-su", "-o", "json").stdout)
+    assert control["spec"]["suspend"] is True, "a job needing 4 GPUs in one SU of 2 was admitted"
+    _kubectl("-n", ns, "delete", "job", "ring", "ring-one-su", "--wait=false")
+    _kubectl("-n", ns, "delete", "service", "ring")
 
 
 @pytest.mark.timeout(300)

@@ -197,6 +197,13 @@ FAULTS: tuple[Fault, ...] = (
          _files("kcp1", "object_missing", "kcp1: HyperNode/su2 is missing from the apiserver")),
     ),
     Fault(
+        # kw1's block of the lab's pod network (the default 10.244.0.0/16 in /24s, kw1 first):
+        # kw2's pods can no longer reach kw1's. The unit that put it there is still active.
+        "a pod route deleted on a worker", "kw2",
+        "ip route del 10.244.0.0/24\n! ip route show 10.244.0.0/24 | grep -q .",
+        (_files("kw2", "task_changed", "Read the routes to the other workers' pods"),),
+    ),
+    Fault(
         "kubelet stopped on a worker", "kw2", "systemctl stop kubelet",
         (Want("nodes", "kw2", "unit_inactive", "kubelet.service is inactive"),
          _files("kw2", "service", "service kubelet is inactive")),
