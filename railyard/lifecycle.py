@@ -39,8 +39,8 @@ def up(stack: str = LAB_STACK, *, refresh: bool = False, remediate: bool = True,
         refresh = refresh or node_drift
     result = automation.up(stack, refresh=refresh, remediate=drifted, work_dir=work_dir, on_output=on_output,
                            plan=plan)
-    if plan.kubernetes is not None:  # what drift compares a worker's containerd with (railyard.drift.applied)
-        on_output(f"railyard: {record_applied(plan, root=work_dir)}")
+    if plan.kubernetes is not None:  # what drift compares a worker's containerd with (railyard.drift.applied),
+        on_output(f"railyard: {record_applied(plan)}")  # beside the drift baselines, as drift reads them
     return result
 
 

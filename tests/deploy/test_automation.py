@@ -103,7 +103,7 @@ def test_up_records_the_workers_runtimes_after_the_update(monkeypatch) -> None:
     monkeypatch.setattr(lifecycle, "load_stack_plan", lambda stack, work_dir: plan)
     monkeypatch.setattr(automation, "deployed", lambda *_a, **_k: False)
     monkeypatch.setattr(automation, "up", lambda *_a, **_k: calls.append("up") or "result")
-    monkeypatch.setattr(lifecycle, "record_applied", lambda p, root: calls.append(f"record {p.name}") or "recorded")
+    monkeypatch.setattr(lifecycle, "record_applied", lambda p: calls.append(f"record {p.name}") or "recorded")
     lines: list[str] = []
     assert lifecycle.up("lab", on_output=lines.append) == "result"
     assert calls == ["up", "record lab"]
