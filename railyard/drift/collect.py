@@ -35,6 +35,7 @@ from railyard.compiler import Plan
 from railyard.compiler.nodes import Node
 from railyard.drift.model import LAYERS, CheckError
 from railyard.drift.observed import (
+    EtcdObservation,
     FilesObservation,
     KubernetesObservation,
     NodeObservation,
@@ -632,9 +633,8 @@ def _no_kubectl(res: Result) -> bool:
     return res.rc == 127 or "No such file" in res.stderr or "not found in $PATH" in res.stderr
 
 
-def _etcd(host: str, res: Result) -> Any:
+def _etcd(host: str, res: Result) -> EtcdObservation:
     from railyard.drift.kubernetes import etcd_from_probe
-    from railyard.drift.observed import EtcdObservation
 
     if res.rc != 0:
         text = (res.stderr or res.stdout).strip()
