@@ -18,6 +18,7 @@ from typing import Any
 from railyard import exitcodes
 from railyard.apply.engine import LAB_STACK, AutomationError, Output, _print, load_stack_plan
 from railyard.deploy import automation
+from railyard.drift.collect import record_applied
 from railyard.drift.remediation import find_drift
 from railyard.paths import ROOT
 
@@ -28,15 +29,19 @@ def up(stack: str = LAB_STACK, *, refresh: bool = False, remediate: bool = True,
 
     ``remediate`` (on a stack that was deployed before): run the drift check's nodes and
     files layers first; roles re-run on exactly the hosts where they would change
-    something, and a node finding turns the refresh on.
+    something, and a node finding turns the refresh on. After the update, each Kubernetes
+    worker's container runtime version is recorded for drift (railyard.drift.applied).
     """
     plan = load_stack_plan(stack, work_dir)
     drifted: dict[str, tuple[str, ...]] = {}
     if remediate and automation.deployed(stack, work_dir, plan):
         drifted, node_drift = find_drift(stack, plan, work_dir, on_output)
         refresh = refresh or node_drift
-    return automation.up(stack, refresh=refresh, remediate=drifted, work_dir=work_dir, on_output=on_output,
-                         plan=plan)
+    result = automation.up(stack, refresh=refresh, remediate=drifted, work_dir=work_dir, on_output=on_output,
+                           plan=plan)
+    if plan.kubernetes is not None:  # what drift compares a worker's containerd with (railyard.drift.applied),
+        on_output(f"railyard: {record_applied(plan)}")  # beside the drift baselines, as drift reads them
+    return result
 
 
 def _confirm(question: str) -> bool:

@@ -186,3 +186,50 @@ def test_drift_compares_each_workers_capacity_gpus_included(api, lab_plan):
         ]
     finally:
         k8slab.kubectl(api, "delete", "node", "kw1", "kw2", "--ignore-not-found")
+
+
+def test_drift_reads_node_versions_and_the_apiservers_etcd(api, lab_plan):
+    """What a kubelet writes in .status.nodeInfo, read back through kubectl as drift reads
+    it, and the probe against the etcd this apiserver stores in (one member, "lab")."""
+    from dataclasses import replace
+
+    from railyard.drift.kubernetes import etcd_from_probe, etcd_probe_argv
+
+    runtime = "containerd://1.7.24~ds1"
+
+    def status(name: str, kubelet: str, containerd: str) -> None:
+        cap = dict(lab_plan.kubernetes.capacity[name])
+        doc = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+               "status": {"capacity": cap, "allocatable": cap,
+                          "nodeInfo": {"kubeletVersion": kubelet, "containerRuntimeVersion": containerd,
+                                       "machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "",
+                                       "osImage": "", "kubeProxyVersion": "", "operatingSystem": "linux",
+                                       "architecture": "amd64"}}}
+        k8slab.kubectl(api, "apply", "--server-side", "--field-manager=test", "--force-conflicts",
+                       "--subresource=status", "-f", "-", input=json.dumps(doc), check=True)
+
+    probe = subprocess.run(etcd_probe_argv(api.etcd_url), capture_output=True, text=True, check=True, timeout=60)
+    etcd = etcd_from_probe("kcp1", probe.stdout)
+    assert [(m.name, m.client_urls, m.healthy) for m in etcd.members] == [("lab", (api.etcd_url,), True)]
+
+    def version_findings() -> list[tuple[str, str, str]]:
+        nodes = yaml.safe_load(k8slab.kubectl(api, "get", "nodes", "-o", "json", check=True).stdout)
+        obs = replace(observation(nodes, []), applied_runtimes={"kw1": runtime, "kw2": runtime}, applied_record="r")
+        report = compare(lab_plan, Observed(kubernetes=obs))
+        assert report.errors == ()
+        return sorted((f.subject, f.kind, f.observed) for f in report.findings if "version" in f.kind)
+
+    for name in ("kw1", "kw2"):
+        node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": lab_plan.kubernetes.labels[name]}}
+        k8slab.kubectl(api, "apply", "-f", "-", input=json.dumps(node), check=True)
+        status(name, "v1.35.4", runtime)
+    try:
+        assert version_findings() == []
+        status("kw1", "v1.35.4", "containerd://2.1.4~ds1")
+        status("kw2", "v1.34.2", runtime)
+        assert version_findings() == [
+            ("kw1", "runtime_version", "containerRuntimeVersion=containerd://2.1.4~ds1"),
+            ("kw2", "kubelet_version", "kubeletVersion=v1.34.2"),
+        ]
+    finally:
+        k8slab.kubectl(api, "delete", "node", "kw1", "kw2", "--ignore-not-found")

@@ -10,8 +10,9 @@ exec`` for lab containers and ssh for the rest; a test passes a recorded one.
 * files: every planned role in check+diff mode through ansible-runner (railyard.drift.files);
 * nodes: each node's driver ``observe()`` (railyard.drivers), then one ``systemctl show``
   for the units the plan's roles keep running or enabled (:func:`expected_units`);
-* kubernetes: ``kubectl get`` of the Nodes and of the plan's Kueue/Volcano kinds on the
-  control-plane node (railyard.drift.kubernetes).
+* kubernetes: ``kubectl get`` of the Nodes and of the plan's Kueue/Volcano kinds, and
+  etcd's member list, on the control-plane node (railyard.drift.kubernetes), and the
+  runtime versions recorded at the last ``railyard up`` (railyard.drift.applied).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from railyard.compiler import Plan
 from railyard.compiler.nodes import Node
 from railyard.drift.model import LAYERS, CheckError
 from railyard.drift.observed import (
+    EtcdObservation,
     FilesObservation,
     KubernetesObservation,
     NodeObservation,
@@ -623,31 +625,92 @@ def spec_secrets(plan: Plan) -> dict[str, str]:
 
 
 KUBECTL = ["kubectl", "--kubeconfig", "/etc/kubernetes/admin.conf"]  # as roles/k8s_control_plane writes it
+# etcd's client URL as roles/k8s_control_plane/templates/etcd.default.j2 advertises it.
+ETCD_ENDPOINT = "http://127.0.0.1:2379"
 
 
-def collect_kubernetes(plan: Plan, runner: Runner, timeouts: Timeouts = Timeouts()) -> KubernetesObservation:
-    """Nodes and the plan's Kueue/Volcano objects, as the API server returns them."""
-    from railyard.drift.kubernetes import kinds_of, observation
+def _no_kubectl(res: Result) -> bool:
+    return res.rc == 127 or "No such file" in res.stderr or "not found in $PATH" in res.stderr
+
+
+def _etcd(host: str, res: Result) -> EtcdObservation:
+    from railyard.drift.kubernetes import etcd_from_probe
+
+    if res.rc != 0:
+        text = (res.stderr or res.stdout).strip()
+        return EtcdObservation(host, ETCD_ENDPOINT, unreadable=f"the etcd probe exited {res.rc}: "
+                                                               f"{text.splitlines()[-1] if text else 'no output'}")
+    return etcd_from_probe(host, res.stdout)
+
+
+def collect_kubernetes(plan: Plan, runner: Runner, timeouts: Timeouts = Timeouts(), *,
+                       root: Path = ROOT) -> KubernetesObservation:
+    """Nodes, the plan's Kueue/Volcano objects and etcd's members, as the control plane
+    answers them, and the runtimes recorded when ``railyard up`` last finished."""
+    from railyard.drift import applied
+    from railyard.drift.kubernetes import etcd_probe_argv, kinds_of, observation
 
     k = plan.kubernetes
     assert k is not None
     host = k.control_plane[0]
     kinds = kinds_of([*k.kueue, *k.volcano])
-    commands = {"nodes": [*KUBECTL, "get", "nodes", "-o", "json"]}
+    commands = {"nodes": [*KUBECTL, "get", "nodes", "-o", "json"], "etcd": etcd_probe_argv(ETCD_ENDPOINT)}
     if kinds:
         commands["objects"] = [*KUBECTL, "get", ",".join(kinds), "-A", "-o", "json"]
     with ThreadPoolExecutor(max_workers=len(commands)) as pool:
         futures = {name: pool.submit(runner.run, host, argv, timeouts.command) for name, argv in commands.items()}
         results = {name: fut.result() for name, fut in futures.items()}  # HostUnreachable -> a check error
+    etcd = _etcd(host, results.pop("etcd"))
     for name, res in results.items():
-        if res.rc == 127 or "No such file" in res.stderr or "not found in $PATH" in res.stderr:
+        if _no_kubectl(res):
             return KubernetesObservation(deployed=False, reason=f"no kubectl on {host}: the k8s_control_plane "
                                                                 f"role has not run there")
         if res.rc != 0:
+            said = f"; etcd there: {etcd.failure}" if etcd.failure else ""
             raise RuntimeError(f"`{' '.join(commands[name])}` on {host} failed (rc {res.rc}): "
-                               f"{res.stderr.strip()[-400:]}")
-    lists = [json.loads(results["objects"].stdout)] if "objects" in results else []
-    return observation(json.loads(results["nodes"].stdout), lists)
+                               f"{res.stderr.strip()[-400:]}{said}")
+    docs: dict[str, Any] = {}
+    for name, res in results.items():
+        try:
+            docs[name] = json.loads(res.stdout)
+        except ValueError:
+            raise RuntimeError(f"`{' '.join(commands[name])}` on {host} printed no JSON: "
+                               f"{res.stdout.strip()[:200]!r}") from None
+    lists = [docs["objects"]] if "objects" in docs else []
+    record = applied.record_path(root, plan.name)
+    return dataclasses.replace(observation(docs["nodes"], lists, etcd),
+                               applied_runtimes=applied.load(record), applied_record=str(record))
+
+
+def record_applied(plan: Plan, runner: Runner | None = None, *, root: Path = ROOT,
+                   timeouts: Timeouts = Timeouts()) -> str:
+    """After ``railyard up``: record each worker's container runtime version as its Node
+    reports it (railyard.drift.applied). Returns what was recorded, or why nothing was;
+    never raises for a cluster that does not answer: the apply itself is done."""
+    from railyard.drift import applied
+    from railyard.drift.kubernetes import runtimes_from_nodes
+
+    k = plan.kubernetes
+    if k is None:
+        return "no Kubernetes partition: no container runtimes to record"
+    host = k.control_plane[0]
+    try:
+        res = (runner or PlanRunner(plan)).run(host, [*KUBECTL, "get", "nodes", "-o", "json"], timeouts.command)
+        if res.rc != 0:
+            return f"container runtimes not recorded: kubectl on {host} exited {res.rc}: {res.stderr.strip()[-200:]}"
+        seen = runtimes_from_nodes(json.loads(res.stdout))
+    except (HostUnreachable, ValueError, AttributeError) as exc:
+        return f"container runtimes not recorded: {exc}"
+    path = applied.record_path(root, plan.name)
+    # a worker that does not report now keeps what it ran at the last apply
+    now = {n: v for n, v in {**(applied.load(path) or {}), **seen}.items() if n in k.workers}
+    try:
+        applied.save(path, now)
+    except OSError as exc:
+        return f"container runtimes not recorded: {path}: {exc.strerror}"
+    if not now:
+        return "no worker reports a container runtime yet: none recorded"
+    return f"recorded the container runtime of {len(now)} worker(s) in {path}: {', '.join(sorted(set(now.values())))}"
 
 
 def collect(
@@ -686,7 +749,7 @@ def collect(
         if plan.kubernetes is None:
             notes.append("kubernetes: the spec has no Kubernetes partition")
         else:
-            jobs["kubernetes"] = lambda: collect_kubernetes(plan, runner, timeouts)
+            jobs["kubernetes"] = lambda: collect_kubernetes(plan, runner, timeouts, root=root)
 
     timings: dict[str, float] = {}
     pool = ThreadPoolExecutor(max_workers=max(1, len(jobs)))

@@ -12,14 +12,18 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from railyard import builds
 from railyard.compiler import Plan
 from railyard.drift.kubernetes import quantity
 from railyard.drift.model import SPARE_IN_SCHEDULER, UNREACHABLE, CheckError, DriftReport, Finding
 from railyard.drift.observed import (
+    EtcdMember,
+    EtcdObservation,
     FileChange,
     FilesObservation,
     KubernetesObservation,
     NodesObservation,
+    NodeVersions,
     Observed,
     SlurmNode,
     SlurmObservation,
@@ -541,10 +545,169 @@ def _capacity_findings(plan: Plan, obs: KubernetesObservation, fix: _Fix) -> lis
     return out
 
 
-def compare_kubernetes(plan: Plan, obs: KubernetesObservation, fix: _Fix) -> list[Finding]:
+def _simulated(plan: Plan, name: str) -> bool:
+    """A KWOK Node: no kubelet runs for it, and its ``.status.nodeInfo`` says whatever the
+    Node object says (KWOK copies no running binary's version into it)."""
+    return plan.k8s_worker_agent == "kwok"
+
+
+_RELEASE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def _kubelet_release(plan: Plan) -> tuple[tuple[int, ...], str, str]:
+    """(the release parts a kubelet must report, that release as text, where it comes from).
+
+    The lab's kubelets are the build railyard makes (railyard/builds.py), so the whole
+    release is pinned. Elsewhere the spec pins a minor (cluster.versions.kubernetes), which
+    is what validate and roles/k8s_worker's own version check hold a node to: a patch
+    release inside the minor is the site's to roll (and a kubelet binary the role did not
+    install is the files layer's to find).
+    """
+    if plan.is_lab:
+        return tuple(int(x) for x in builds.KUBERNETES.split(".")), f"v{builds.KUBERNETES}", \
+            "the release railyard builds for the lab, railyard/builds.py"
+    minor = plan.spec.cluster.versions.kubernetes
+    return tuple(int(x) for x in minor.split(".")), f"v{minor}.x", "cluster.versions.kubernetes"
+
+
+def _kubelet_moved(plan: Plan, reported: str) -> bool:
+    want, _, _ = _kubelet_release(plan)
+    m = _RELEASE.match(reported)
+    if m is None:
+        return True
+    have = tuple(int(x) for x in m.groups() if x is not None)
+    return have[: len(want)] != want
+
+
+def _version_checks(plan: Plan, obs: KubernetesObservation,
+                    fix: _Fix) -> tuple[list[Finding], list[CheckError], list[str]]:
+    """Each registered worker's kubelet against the release railyard installs, and its
+    container runtime against the one it ran when ``railyard up`` last finished
+    (railyard.drift.applied says why a record and not the plan: Debian's containerd is not
+    pinned). KWOK Nodes are left out, with a note."""
+    k = plan.kubernetes
+    assert k is not None
+    findings: list[Finding] = []
+    errors: list[CheckError] = []
+    notes: list[str] = []
+    registered = [n for n in k.workers if n in obs.labels]
+    kwok = [n for n in registered if _simulated(plan, n)]
+    if kwok:
+        notes.append(f"kubernetes: kubelet and container runtime versions of {fold(kwok)} not compared: KWOK "
+                     "Nodes (simulated) report what their Node object says, not a running kubelet's")
+    real = [n for n in registered if n not in kwok]
+    _, want, source = _kubelet_release(plan)
+    unrecorded = []
+    for name in real:
+        have = obs.versions.get(name, NodeVersions())
+        if not have.kubelet:
+            errors.append(CheckError("kubernetes", name, f"{name}: the Node reports no kubelet version "
+                                     "(.status.nodeInfo.kubeletVersion): not compared"))
+        elif _kubelet_moved(plan, have.kubelet):
+            if plan.is_lab:
+                how = (f"{fix.up} re-applies role k8s_worker where the files layer finds {name}'s kubelet binary "
+                       f"changed; if it already is {want}, `systemctl restart kubelet` on {name}")
+            else:
+                how = (f"install a {want} kubelet on {name} ({fix.up} re-applies role k8s_worker, which installs "
+                       f"its pinned release), or set cluster.versions.kubernetes to the running minor and render "
+                       "again")
+            findings.append(Finding("kubernetes", name, "kubelet_version",
+                                    f"{name}: kubelet {have.kubelet}, the plan has {want} ({source})", how,
+                                    f"kubeletVersion={want}", f"kubeletVersion={have.kubelet}"))
+        if obs.applied_runtimes is None:
+            continue
+        recorded = obs.applied_runtimes.get(name)
+        if not have.runtime:
+            errors.append(CheckError("kubernetes", name, f"{name}: the Node reports no container runtime version "
+                                     "(.status.nodeInfo.containerRuntimeVersion): not compared"))
+        elif recorded is None:
+            unrecorded.append(name)
+        elif have.runtime != recorded:
+            runtime, _, version = recorded.partition("://")
+            package = runtime if version else "the runtime"
+            findings.append(Finding(
+                "kubernetes", name, "runtime_version",
+                f"{name}: container runtime {have.runtime}, {recorded} when `railyard up` last finished",
+                f"meant (a Debian update)? {fix.up} records it as applied; if not, install {package} "
+                f"{version or recorded} on {name} again (`apt-cache policy {package}` lists what apt has) and "
+                f"`systemctl restart {package} kubelet` there",
+                f"containerRuntimeVersion={recorded}", f"containerRuntimeVersion={have.runtime}"))
+    if real and obs.applied_record and obs.applied_runtimes is None:
+        notes.append(f"kubernetes: container runtime versions not compared: no record of the last `railyard up` "
+                     f"on this machine ({obs.applied_record}); `railyard up` writes it")
+    elif unrecorded:
+        notes.append(f"kubernetes: container runtime of {fold(unrecorded)} not compared: not in the record of the "
+                     f"last `railyard up` ({obs.applied_record}); the next `railyard up` records it")
+    return findings, errors, notes
+
+
+def _member_id(member: EtcdMember) -> str:
+    """The ID as etcdctl prints and takes it (hex)."""
+    return format(int(member.id), "x") if member.id.isdigit() else member.id
+
+
+def _etcd_checks(plan: Plan, etcd: EtcdObservation, fix: _Fix) -> tuple[list[Finding], list[CheckError]]:
+    """etcd's members against the plan's control-plane nodes, as sets: each control-plane
+    node runs one member named after it (roles/k8s_control_plane: ETCD_NAME is the
+    inventory hostname), no other member is there, and each answers healthy on its /health."""
+    k = plan.kubernetes
+    assert k is not None
+    host = etcd.host
+    if etcd.unreadable:
+        return [], [CheckError("kubernetes", host, f"{host}: etcd's members not checked: {etcd.unreadable}")]
+    if etcd.failure:
+        return [Finding("kubernetes", host, "etcd_down",
+                        f"{host}: etcd does not answer on {etcd.endpoint or 'its client URL'} ({etcd.failure})",
+                        f"`systemctl status etcd` and `journalctl -u etcd` on {host}; start it, or {fix.up}",
+                        "etcd answering", etcd.failure)], []
+    out: list[Finding] = []
+    named = {m.name: m for m in etcd.members if m.name}
+    listed = ", ".join(sorted(m.name or f"{_member_id(m)} (unstarted)" for m in etcd.members)) or "none"
+    for name in k.control_plane:
+        if name not in named:
+            out.append(Finding(
+                "kubernetes", name, "etcd_member_missing",
+                f"{name}: etcd has no member named {name} (members: {listed})",
+                f"{fix.up} restores {name}'s /etc/default/etcd (ETCD_NAME={name}) and restarts etcd; a member "
+                f"removed from a cluster of several is added back first (`etcdctl member add {name} "
+                f"--peer-urls=<its peer URL>`) and then started with an empty data directory",
+                f"member {name}", listed))
+    for m in etcd.members:
+        peers = ",".join(m.peer_urls) or "no peer URL"
+        if not m.name:
+            out.append(Finding(
+                "kubernetes", f"etcd/{_member_id(m)}", "etcd_member_unstarted",
+                f"etcd member {_member_id(m)} ({peers}) was added but has never started",
+                f"start etcd on the node at {peers} with ETCD_INITIAL_CLUSTER_STATE=existing, or "
+                f"`etcdctl member remove {_member_id(m)}` if it is not meant to join", "started", "unstarted"))
+            continue
+        if m.name not in k.control_plane:
+            out.append(Finding(
+                "kubernetes", f"etcd/{m.name}", "etcd_member_unexpected",
+                f"etcd member {m.name} ({peers}) is not a control-plane node of the spec",
+                f"`etcdctl member remove {_member_id(m)}`, or add {m.name} to partitions.kubernetes.control_plane",
+                "absent", f"member {m.name}"))
+        if m.learner:
+            out.append(Finding(
+                "kubernetes", m.name, "etcd_member_learner",
+                f"{m.name}: etcd member {m.name} is a learner (it does not vote)",
+                f"`etcdctl member promote {_member_id(m)}` once it has caught up", "voting member", "learner"))
+        if m.healthy is False:
+            out.append(Finding(
+                "kubernetes", m.name, "etcd_member_unhealthy",
+                f"{m.name}: etcd member {m.name} is not healthy ({m.health})",
+                f"`journalctl -u etcd` on {m.name}; `systemctl restart etcd` there, or {fix.up}",
+                "health=true", m.health))
+    return out, []
+
+
+def compare_kubernetes(plan: Plan, obs: KubernetesObservation,
+                       fix: _Fix) -> tuple[list[Finding], list[CheckError], list[str]]:
+    """Findings, check errors (an observation that cannot be read) and notes (what is
+    not compared, and why)."""
     k = plan.kubernetes
     if k is None or not obs.deployed:
-        return []
+        return [], [], []
     out: list[Finding] = []
     # Workers must be registered; a control-plane node may be (kubeadm runs a kubelet
     # there, roles/k8s_control_plane does not).
@@ -595,7 +758,13 @@ def compare_kubernetes(plan: Plan, obs: KubernetesObservation, fix: _Fix) -> lis
             out.append(Finding("kubernetes", subject, "object_field",
                                f"{subject}: {path} is {h!r} in the cluster, the plan has {w!r}",
                                f"{fix.up} restores it", repr(w), repr(h)))
-    return out
+    findings, errors, notes = _version_checks(plan, obs, fix)
+    out += findings
+    if obs.etcd is not None:
+        f, e = _etcd_checks(plan, obs.etcd, fix)
+        out += f
+        errors += e
+    return out, errors, notes
 
 
 # --------------------------------------------------------------------------- all
@@ -618,7 +787,10 @@ def compare(plan: Plan, observed: Observed, *, stack: str | None = None) -> Drif
     if observed.kubernetes is not None:
         if plan.kubernetes is not None and not observed.kubernetes.deployed:
             notes.append(f"kubernetes: not checked: {observed.kubernetes.reason or 'partition not deployed'}")
-        findings += compare_kubernetes(plan, observed.kubernetes, fix)
+        f, e, n = compare_kubernetes(plan, observed.kubernetes, fix)
+        findings += f
+        errors += e
+        notes += n
     spares = [n.name for n in plan.nodes if n.spare]
     if spares:
         notes.append(f"spares: {fold(spares)} (spare: true) are in no scheduler: checked as nodes and for "

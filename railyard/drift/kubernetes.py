@@ -3,17 +3,18 @@
 The collector (railyard.drift.collect.collect_kubernetes) runs ``kubectl get nodes -o
 json`` and one ``kubectl get <kinds> -A -o json`` for the kinds the plan has
 (:func:`kinds_of`) on the control-plane node, with the admin kubeconfig the
-k8s_control_plane role writes; these functions turn the answers into a
-:class:`KubernetesObservation` for compare.
+k8s_control_plane role writes, and :data:`ETCD_PROBE` there; these functions turn the
+answers into a :class:`KubernetesObservation` for compare.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from railyard.drift.observed import KubernetesObservation
+from railyard.drift.observed import EtcdMember, EtcdObservation, KubernetesObservation, NodeVersions
 
 
 def kinds_of(docs: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -71,6 +72,122 @@ def objects_from_lists(docs: Iterable[Mapping[str, Any]]) -> tuple[dict[str, Any
     return tuple(items)
 
 
-def observation(nodes: Mapping[str, Any], lists: Iterable[Mapping[str, Any]]) -> KubernetesObservation:
+def versions_from_nodes(doc: Mapping[str, Any]) -> dict[str, NodeVersions]:
+    """``kubectl get nodes -o json`` -> {node: kubelet and runtime versions} (``""`` where
+    the Node does not say; kubeProxyVersion is deprecated and not read)."""
+    out: dict[str, NodeVersions] = {}
+    for item in doc.get("items") or []:
+        name = str((item.get("metadata") or {}).get("name", ""))
+        info = (item.get("status") or {}).get("nodeInfo")
+        info = info if isinstance(info, Mapping) else {}
+        out[name] = NodeVersions(str(info.get("kubeletVersion") or ""), str(info.get("containerRuntimeVersion") or ""))
+    return out
+
+
+def runtimes_from_nodes(doc: Mapping[str, Any]) -> dict[str, str]:
+    """{node: containerRuntimeVersion} of the Nodes that report one: what
+    railyard.drift.applied records when ``railyard up`` finishes."""
+    return {n: v.runtime for n, v in versions_from_nodes(doc).items() if n and v.runtime}
+
+
+def observation(nodes: Mapping[str, Any], lists: Iterable[Mapping[str, Any]],
+                etcd: EtcdObservation | None = None) -> KubernetesObservation:
     return KubernetesObservation(deployed=True, labels=labels_from_nodes(nodes), capacity=status_from_nodes(nodes, "capacity"),
-                                 allocatable=status_from_nodes(nodes, "allocatable"), objects=objects_from_lists(lists))
+                                 allocatable=status_from_nodes(nodes, "allocatable"), objects=objects_from_lists(lists),
+                                 versions=versions_from_nodes(nodes), etcd=etcd)
+
+
+# --------------------------------------------------------------------------- etcd
+
+# Runs on a control-plane node with python3 (there for Ansible), so no etcdctl is needed:
+# Debian ships etcdctl in etcd-client, which the role does not install, and the JSON
+# gateway etcd serves on its client URL (/v3/cluster/member/list, the call etcdctl's
+# `member list` makes over gRPC; /health per member) is the same on 3.4, 3.5 and 3.6.
+# argv[1] is the client URL to ask. Prints one JSON object: {"endpoint", "list": the
+# member list answer, "health": {member ID: that member's /health answer or {"error"}}},
+# or {"endpoint", "error"} when etcd does not answer. Plain HTTP: the role's etcd listens
+# on loopback without TLS (roles/k8s_control_plane/templates/etcd.default.j2).
+ETCD_PROBE = r"""
+import json, sys, urllib.error, urllib.request
+ep = sys.argv[1].rstrip("/")
+open_ = urllib.request.build_opener(urllib.request.ProxyHandler({})).open
+def call(url, body=None, timeout=5.0):
+    req = urllib.request.Request(url, data=None if body is None else json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with open_(req, timeout=timeout) as r:
+            return json.loads(r.read().decode())
+    except urllib.error.HTTPError as e:
+        text = e.read().decode(errors="replace")
+        try:
+            return json.loads(text)
+        except ValueError:
+            return {"error": "HTTP %d %s" % (e.code, text.strip()[:200])}
+def why(e):
+    return str(getattr(e, "reason", "") or e)
+out = {"endpoint": ep}
+try:
+    out["list"] = call(ep + "/v3/cluster/member/list", {})
+except Exception as e:
+    out["error"] = why(e)
+else:
+    health = {}
+    for m in out["list"].get("members") or []:
+        urls = m.get("clientURLs") or []
+        if urls:
+            try:
+                health[str(m.get("ID"))] = call(urls[0].rstrip("/") + "/health", timeout=3.0)
+            except Exception as e:
+                health[str(m.get("ID"))] = {"error": why(e)}
+    out["health"] = health
+print(json.dumps(out))
+"""
+
+
+def etcd_probe_argv(endpoint: str) -> list[str]:
+    return ["python3", "-c", ETCD_PROBE, endpoint]
+
+
+def _member(raw: Mapping[str, Any], health: Mapping[str, Any]) -> EtcdMember:
+    mid = str(raw.get("ID", ""))
+    urls = tuple(str(u) for u in raw.get("clientURLs") or [])
+    said = health.get(mid)
+    healthy: bool | None = None
+    detail = ""
+    if urls:
+        if not isinstance(said, Mapping):
+            healthy, detail = False, "its /health was not asked"
+        elif "error" in said:
+            healthy, detail = False, f"its /health does not answer ({said['error']})"
+        else:
+            healthy = str(said.get("health", "")).lower() == "true"
+            reason = f": {said['reason']}" if said.get("reason") else ""  # etcd 3.5+ says why
+            detail = "" if healthy else f"its /health says health={said.get('health', 'nothing')}{reason}"
+    return EtcdMember(mid, str(raw.get("name") or ""), tuple(str(u) for u in raw.get("peerURLs") or []), urls,
+                      bool(raw.get("isLearner")), healthy, detail)
+
+
+def etcd_from_probe(host: str, stdout: str) -> EtcdObservation:
+    """:data:`ETCD_PROBE`'s output -> an observation; never raises: output that is not the
+    probe's is ``unreadable``, named with what came back."""
+    try:
+        doc = json.loads(stdout)
+    except ValueError:
+        return EtcdObservation(host, unreadable=f"the etcd probe printed no JSON: {stdout.strip()[:200]!r}")
+    if not isinstance(doc, Mapping):
+        return EtcdObservation(host, unreadable=f"the etcd probe printed {type(doc).__name__}, not an object")
+    endpoint = str(doc.get("endpoint") or "")
+    if "error" in doc:
+        return EtcdObservation(host, endpoint, failure=str(doc["error"]) or "no answer")
+    listed = doc.get("list")
+    health = doc.get("health") if isinstance(doc.get("health"), Mapping) else {}
+    if not isinstance(listed, Mapping):
+        return EtcdObservation(host, endpoint, unreadable="the etcd probe printed no member list")
+    if "error" in listed or "members" not in listed:
+        # etcd answered, but not with members: an error document (no leader, another API)
+        what = listed.get("error") or listed.get("message") or json.dumps(dict(listed))[:200]
+        return EtcdObservation(host, endpoint, failure=f"the member list call failed: {what}")
+    members = listed.get("members")
+    if not isinstance(members, list) or not all(isinstance(m, Mapping) for m in members):
+        return EtcdObservation(host, endpoint, unreadable=f"members is not a list of members: {members!r:.200}")
+    return EtcdObservation(host, endpoint, tuple(_member(m, health) for m in members))

@@ -193,6 +193,46 @@ class NodesObservation:
 # --------------------------------------------------------------------------- kubernetes
 
 
+@dataclass(frozen=True, slots=True)
+class NodeVersions:
+    """A Node's ``.status.nodeInfo``: what its agent reports running (the kubelet fills it
+    in at every status update; a KWOK Node says whatever its object says)."""
+
+    kubelet: str = ""  # kubeletVersion: v1.35.4
+    runtime: str = ""  # containerRuntimeVersion: containerd://1.6.20~ds1
+
+
+@dataclass(frozen=True, slots=True)
+class EtcdMember:
+    """One member of ``/v3/cluster/member/list``, and what its own ``/health`` said.
+
+    A member that was added but never started has no name and no client URLs.
+    """
+
+    id: str  # as etcd prints it: a uint64 in decimal
+    name: str = ""
+    peer_urls: tuple[str, ...] = ()
+    client_urls: tuple[str, ...] = ()
+    learner: bool = False
+    healthy: bool | None = None  # None: not asked (no client URL)
+    health: str = ""  # why not healthy: etcd's reason, or why its /health did not answer
+
+
+@dataclass(frozen=True)
+class EtcdObservation:
+    """etcd's member list as one control-plane node's etcd answers it.
+
+    ``failure``: the node answered, etcd did not (drift: the plan has it running).
+    ``unreadable``: what came back was not the probe's JSON (the check is incomplete).
+    """
+
+    host: str
+    endpoint: str = ""
+    members: tuple[EtcdMember, ...] = ()
+    failure: str = ""
+    unreadable: str = ""
+
+
 @dataclass(frozen=True)
 class KubernetesObservation:
     """The API server's view. ``deployed=False``: there is nothing to compare yet."""
@@ -203,6 +243,12 @@ class KubernetesObservation:
     capacity: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # node -> .status.capacity
     allocatable: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # node -> .status.allocatable
     objects: tuple[Mapping[str, Any], ...] = ()  # Kueue and Volcano objects as the API returns them
+    versions: Mapping[str, NodeVersions] = field(default_factory=dict)  # node -> .status.nodeInfo
+    etcd: EtcdObservation | None = None  # None: not asked
+    # node -> containerRuntimeVersion when `railyard up` last finished (railyard.drift.applied);
+    # None with ``applied_record`` set: no record there; ``applied_record`` "": not looked for.
+    applied_runtimes: Mapping[str, str] | None = None
+    applied_record: str = ""
 
 
 # --------------------------------------------------------------------------- all

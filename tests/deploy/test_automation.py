@@ -91,3 +91,29 @@ def test_committed_lab_stack_settings() -> None:
     project = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
     assert project["name"] == "railyard" and project["runtime"]["name"] == "python"
     assert project["backend"]["url"] == "file://./.pulumi-state"
+
+
+def test_up_records_the_workers_runtimes_after_the_update(monkeypatch) -> None:
+    """What drift compares containerd with (railyard.drift.applied) is written when an up
+    has finished, and only then: an update that raised records nothing."""
+    from railyard.load import load_plan
+
+    plan = load_plan(LAB)
+    calls: list[str] = []
+    monkeypatch.setattr(lifecycle, "load_stack_plan", lambda stack, work_dir: plan)
+    monkeypatch.setattr(automation, "deployed", lambda *_a, **_k: False)
+    monkeypatch.setattr(automation, "up", lambda *_a, **_k: calls.append("up") or "result")
+    monkeypatch.setattr(lifecycle, "record_applied", lambda p: calls.append(f"record {p.name}") or "recorded")
+    lines: list[str] = []
+    assert lifecycle.up("lab", on_output=lines.append) == "result"
+    assert calls == ["up", "record lab"]
+    assert lines == ["railyard: recorded"]
+
+    def fails(*_a, **_k):
+        raise RuntimeError("engine failed")
+
+    monkeypatch.setattr(automation, "up", fails)
+    calls.clear()
+    with pytest.raises(RuntimeError):
+        lifecycle.up("lab", on_output=lines.append)
+    assert calls == []

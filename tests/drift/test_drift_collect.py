@@ -13,8 +13,8 @@ import yaml
 
 from railyard import exitcodes
 from railyard.compiler import Plan
+from railyard.drift import applied, compare
 from railyard.drift import collect as C
-from railyard.drift import compare
 from railyard.drift.collect import (
     FilesRun,
     HostUnreachable,
@@ -104,31 +104,110 @@ def test_slurmctld_down_and_scontrol_missing(lab_plan):
 # --------------------------------------------------------------------------- kubernetes
 
 
-def kubectl_answers(plan, labels=None) -> dict:
-    """What kcp1's kubectl returns for a cluster that is exactly the plan."""
-    from railyard.drift.kubernetes import kinds_of
+ETCD_CLEAN = Result(0, (FIX / "kubernetes" / "etcd_clean.json").read_text(), "")  # a real etcd's one member, kcp1
+RUNTIME = "containerd://1.7.24~ds1"
+
+
+def kubectl_answers(plan, labels=None, etcd: Result | Exception = ETCD_CLEAN) -> dict:
+    """What kcp1's kubectl and etcd return for a cluster that is exactly the plan."""
+    from railyard.drift.kubernetes import etcd_probe_argv, kinds_of
 
     k = plan.kubernetes
     nodes = {"items": [{"metadata": {"name": n, "labels": dict((labels or k.labels)[n])},
-                        "status": {"capacity": dict(k.capacity[n]), "allocatable": dict(k.capacity[n])}}
+                        "status": {"capacity": dict(k.capacity[n]), "allocatable": dict(k.capacity[n]),
+                                   "nodeInfo": {"kubeletVersion": "v1.35.4", "containerRuntimeVersion": RUNTIME}}}
                        for n in k.workers]}
     objects = {"apiVersion": "v1", "kind": "List", "items": [*k.kueue, *k.volcano]}
     get = ("kcp1", (*C.KUBECTL, "get"))
     return {(get[0], (*get[1], "nodes", "-o", "json")): Result(0, json.dumps(nodes), ""),
             (get[0], (*get[1], ",".join(kinds_of(objects["items"])), "-A", "-o", "json")):
-                Result(0, json.dumps(objects), "")}
+                Result(0, json.dumps(objects), ""),
+            ("kcp1", tuple(etcd_probe_argv("http://127.0.0.1:2379"))): etcd}
 
 
-def test_kubernetes_from_the_control_plane(lab_plan):
-    obs = C.collect_kubernetes(lab_plan, RecordedRunner(kubectl_answers(lab_plan)))
+def test_kubernetes_from_the_control_plane(lab_plan, tmp_path):
+    applied.save(applied.record_path(tmp_path, "lab"), {"kw1": RUNTIME, "kw2": RUNTIME})
+    obs = C.collect_kubernetes(lab_plan, RecordedRunner(kubectl_answers(lab_plan)), root=tmp_path)
     assert obs.deployed and sorted(obs.labels) == ["kw1", "kw2"]
-    assert compare(lab_plan, Observed(kubernetes=obs)).findings == ()
+    assert [m.name for m in obs.etcd.members] == ["kcp1"]
+    assert obs.applied_runtimes == {"kw1": RUNTIME, "kw2": RUNTIME}
+    report = compare(lab_plan, Observed(kubernetes=obs))
+    assert (report.findings, report.errors, report.notes) == ((), (), ())
     moved = {n: dict(v) for n, v in lab_plan.kubernetes.labels.items()}
     su = next(key for key in moved["kw1"] if key.endswith("/su"))
     moved["kw1"][su] = "su9"
-    obs = C.collect_kubernetes(lab_plan, RecordedRunner(kubectl_answers(lab_plan, moved)))
+    obs = C.collect_kubernetes(lab_plan, RecordedRunner(kubectl_answers(lab_plan, moved)), root=tmp_path)
     [finding] = compare(lab_plan, Observed(kubernetes=obs)).findings
     assert (finding.subject, finding.kind) == ("kw1", "label_value") and "su9" in finding.message
+
+
+def test_kubernetes_without_a_record_of_the_last_up_notes_it(lab_plan, tmp_path):
+    obs = C.collect_kubernetes(lab_plan, RecordedRunner(kubectl_answers(lab_plan)), root=tmp_path)
+    report = compare(lab_plan, Observed(kubernetes=obs))
+    assert report.findings == () and report.exit_code == exitcodes.OK
+    assert report.notes == (
+        ("kubernetes: container runtime versions not compared: no record of the last `railyard up` on this "
+        f"machine ({tmp_path}/.railyard/drift/lab.applied.json); `railyard up` writes it"),)
+
+
+@pytest.mark.parametrize(("answer", "kind", "text"), [
+    (Result(0, (FIX / "kubernetes" / "etcd_refused.json").read_text(), ""), "finding",
+     "kcp1: etcd does not answer on http://127.0.0.1:"),
+    (Result(127, "", "sh: 1: python3: not found\n"), "error",
+     "kcp1: etcd's members not checked: the etcd probe exited 127: sh: 1: python3: not found"),
+    (Result(0, "Traceback (most recent call last):\n", ""), "error",
+     "kcp1: etcd's members not checked: the etcd probe printed no JSON: 'Traceback (most recent call last):'"),
+    (Result(0, "[]", ""), "error", "kcp1: etcd's members not checked: the etcd probe printed list, not an object"),
+])
+def test_etcd_that_does_not_answer_or_cannot_be_read(lab_plan, tmp_path, answer, kind, text):
+    """etcd not answering is drift (the plan has it running); a probe whose output cannot
+    be read leaves the check incomplete (exit 1), named; neither stops the rest."""
+    obs = C.collect_kubernetes(lab_plan, RecordedRunner(kubectl_answers(lab_plan, etcd=answer)), root=tmp_path)
+    report = compare(lab_plan, Observed(kubernetes=obs))
+    if kind == "finding":
+        [f] = report.findings
+        assert f.kind == "etcd_down" and f.message.startswith(text) and "Connection refused" in f.message
+        assert report.exit_code == exitcodes.DRIFT
+    else:
+        assert report.findings == ()
+        assert [e.message for e in report.errors] == [text]
+        assert report.exit_code == exitcodes.ERROR
+
+
+def test_apiserver_down_says_what_etcd_said(lab_plan):
+    down = kubectl_answers(lab_plan, etcd=Result(0, (FIX / "kubernetes" / "etcd_refused.json").read_text(), ""))
+    runner = RecordedRunner({k: v for k, v in down.items() if "python3" in k[1]},
+                            default=Result(1, "", "The connection to the server 127.0.0.1:6443 was refused\n"))
+    with pytest.raises(RuntimeError, match="was refused; etcd there: .*Connection refused"):
+        C.collect_kubernetes(lab_plan, runner)
+
+
+def test_kubectl_output_that_is_not_json_is_a_named_error(lab_plan):
+    answers = kubectl_answers(lab_plan)
+    answers[("kcp1", (*C.KUBECTL, "get", "nodes", "-o", "json"))] = Result(0, "<html>proxy error</html>", "")
+    with pytest.raises(RuntimeError, match="get nodes -o json` on kcp1 printed no JSON: '<html>proxy error</html>'"):
+        C.collect_kubernetes(lab_plan, RecordedRunner(answers))
+
+
+def test_railyard_up_records_each_workers_runtime(lab_plan, tmp_path):
+    """What `railyard up` leaves for the next drift check: each worker's runtime as its
+    Node reports it; a worker that does not report now keeps its earlier record."""
+    path = applied.record_path(tmp_path, "lab")
+    msg = C.record_applied(lab_plan, RecordedRunner(kubectl_answers(lab_plan)), root=tmp_path)
+    assert msg == f"recorded the container runtime of 2 worker(s) in {path}: {RUNTIME}"
+    assert applied.load(path) == {"kw1": RUNTIME, "kw2": RUNTIME}
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    nodes = {"items": [{"metadata": {"name": "kw1"},
+                        "status": {"nodeInfo": {"containerRuntimeVersion": "containerd://2.1.4"}}},
+                       {"metadata": {"name": "kw2"}, "status": {}},
+                       {"metadata": {"name": "kcp1"}, "status": {"nodeInfo": {"containerRuntimeVersion": "x"}}}]}
+    get = ("kcp1", (*C.KUBECTL, "get", "nodes", "-o", "json"))
+    C.record_applied(lab_plan, RecordedRunner({get: Result(0, json.dumps(nodes), "")}), root=tmp_path)
+    assert applied.load(path) == {"kw1": "containerd://2.1.4", "kw2": RUNTIME}
+    for broken in (HostUnreachable("no answer within 30s"), Result(0, "not json", ""), Result(1, "", "refused")):
+        msg = C.record_applied(lab_plan, RecordedRunner({get: broken}), root=tmp_path)
+        assert msg.startswith("container runtimes not recorded: "), msg
+    assert applied.load(path) == {"kw1": "containerd://2.1.4", "kw2": RUNTIME}
 
 
 def test_kubernetes_not_deployed_and_apiserver_down(lab_plan):
@@ -529,6 +608,7 @@ def test_collect_runs_layers_and_turns_failures_into_errors(lab_plan, tmp_path, 
 
     monkeypatch.setattr(C, "collect_files", broken)
     monkeypatch.setattr("railyard.drivers.driver_for", lambda spec: FakeDriver({}))
+    applied.save(applied.record_path(root, "lab"), {"kw1": RUNTIME, "kw2": RUNTIME})  # as `railyard up` left it
     runner = RecordedRunner(scontrol() | kubectl_answers(lab_plan),
                             default=Result(0, "Id=slurmctld.service\nLoadState=loaded\n"
                                               "ActiveState=active\nUnitFileState=enabled\n", ""))
@@ -545,7 +625,7 @@ def test_collect_runs_layers_and_turns_failures_into_errors(lab_plan, tmp_path, 
 
 
 def test_collect_layer_deadline(lab_plan, tmp_path, monkeypatch):
-    monkeypatch.setattr(C, "collect_kubernetes", lambda *_a: time.sleep(2))
+    monkeypatch.setattr(C, "collect_kubernetes", lambda *_a, **_k: time.sleep(2))
     start = time.monotonic()
     observed = collect(lab_plan, ("kubernetes",), RecordedRunner({}), root=tmp_path,
                        timeouts=Timeouts(command=0.1, kubernetes=0.2))
