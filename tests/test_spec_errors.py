@@ -325,6 +325,16 @@ CASES: list[tuple[str, Callable[[dict], None], str, str]] = [
      "su groups leaf-b reach no spine switch"),
     ("explicit-unknown-endpoint", lambda s: _cabled(s, [{"a": "leaf-a", "b": "spine-x"}]), "fabric.explicit.links[6]",
      "'spine-x' is neither a node nor a switch"),
+    # KWOK is a per-group choice for simulating Kubernetes workers; a group with none has nothing to simulate
+    ("kwok-on-a-group-without-workers", lambda s: group(s, "gpu").update(agent="kwok"), "nodes[2].agent",
+     ("group 'gpu' sets agent: kwok (a simulated kubelet), but none of its nodes is a Kubernetes worker "
+     "(partitions.kubernetes.workers), so nothing would run it; remove 'agent' from the group, or add its "
+     "nodes to partitions.kubernetes.workers")),
+    ("unknown-agent", lambda s: group(s, "kw").update(agent="containerd"), "nodes[4].agent", "'kubelet' or 'kwok'"),
+    ("release-url-with-query", _set("partitions.kubernetes.release_url", "https://mirror.example.com/k8s?v=1"),
+     "partitions.kubernetes.release_url", "has a query or fragment"),
+    ("release-url-not-http", _set("partitions.kubernetes.release_url", "ftp://mirror.example.com/k8s"),
+     "partitions.kubernetes.release_url", "is not an http(s) URL with a host"),
     *NAME_CLASHES,
 ]
 

@@ -127,6 +127,9 @@ def compile_inventory(
         if k8s is not None and n.name in k8s.labels:
             hv["railyard_node_labels"] = k8s.labels[n.name]
             hv["railyard_node_capacity"] = k8s.capacity[n.name]
+            # roles/k8s_worker's k8s_worker_kubelet follows it: per host, so a Kubernetes
+            # partition may mix real and simulated workers
+            hv["railyard_k8s_agent"] = k8s.agents[n.name]
         mounts = mounts_of.get(n.name)
         if mounts:
             hv["railyard_mount_units"] = mounts
