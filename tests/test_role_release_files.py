@@ -128,3 +128,41 @@ def test_a_missing_file_is_named_with_its_url(tmp_path, server):
     assert _failure(results).startswith(
         f"k8s_worker: cannot download kubelet on localhost from {file_url} (checksum from the published "
         f"checksum {file_url}.sha256): Request failed (HTTP 404) at {file_url}.sha256. Fix: ")
+
+
+def _preflight(tmp_path: Path, extra: dict) -> tuple[int, list[dict]]:
+    """k8s_worker's preflight checks of the release inputs, as the role has them."""
+    tasks = yaml.safe_load((ROLE / "tasks" / "preflight.yml").read_text())
+    block = next(t for t in tasks if t.get("name") == "Check the release URL and checksums")
+    play = {"hosts": "localhost", "gather_facts": False, "connection": "local",
+            "vars_files": [str(ROLE / "defaults" / "main.yml"), str(ROLE / "vars" / "main.yml")], "tasks": [block]}
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-e",
+         json.dumps({"ansible_python_interpreter": sys.executable, **extra}), "/dev/stdin"],
+        input=yaml.safe_dump([play]), capture_output=True, text=True, timeout=180, check=False,
+        env={"PATH": "/usr/bin:/bin", "ANSIBLE_STDOUT_CALLBACK": "json", "ANSIBLE_LOCALHOST_WARNING": "false"},
+    )
+    return proc.returncode, [h for p in json.loads(proc.stdout)["plays"] for t in p["tasks"]
+                             for h in t["hosts"].values() if h.get("failed")]
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"k8s_worker_release_checksums": {"kubelet": "deadbeef"}},
+     ("k8s_worker: k8s_worker_release_checksums must map each of kubelet to 'sha256:<64 hex>' or 'sha256:<url of a "
+     "checksum file>', or leave it out (then the release's <url>.sha256 is used); these are not: kubelet.")),
+    ({"railyard_k8s_agent": "kwok"},
+     ("k8s_worker: KWOK's download (https://github.com/kubernetes-sigs/kwok/releases/download/v0.8.0/kwok-linux-amd64) "
+     "needs k8s_worker_kwok_release_checksum, 'sha256:<64 hex>' or 'sha256:<url of a checksum file>' (given ''); "
+     "railyard never guesses a checksum.")),
+    ({"k8s_worker_release_mirror": "https://mirror.example.com/k8s?x=1"},
+     ("k8s_worker: k8s_worker_release_url must be an http(s) URL directory without a trailing '/', '?' or '#' "
+     "(given 'https://mirror.example.com/k8s?x=1/v1.35.4/bin/linux/amd64').")),
+], ids=["pinned-not-sha256", "kwok-without-checksum", "url-with-query"])
+def test_the_preflight_refuses_what_would_install_unchecked(tmp_path, extra, message):
+    rc, failed = _preflight(tmp_path, extra)
+    assert rc != 0 and [f["msg"] for f in failed] == [message]
+
+
+def test_the_preflight_takes_the_defaults_and_pinned_checksums(tmp_path):
+    assert _preflight(tmp_path, {})[0] == 0
+    assert _preflight(tmp_path, {"k8s_worker_release_checksums": {"kubelet": f"sha256:{WRONG}"}})[0] == 0
