@@ -491,7 +491,17 @@ def _bmc_url(value: str) -> str:
     return _check(url_problem(value, ("{name}",)), value)
 
 
+def _release_url(value: str) -> str:
+    """A base URL that paths are appended to: no query or fragment, no trailing '/'."""
+    _check(url_problem(value), value)
+    if "?" in value or "#" in value:
+        raise ValueError(f"{_show(value)} has a query or fragment ('?' or '#'); give the base URL that "
+                         "v<version>/bin/linux/amd64/<binary> is appended to, e.g. 'https://mirror.example.com/k8s/release'")
+    return value.rstrip("/")
+
+
 Url = Annotated[str, AfterValidator(_url)]
+ReleaseUrl = Annotated[str, AfterValidator(_release_url)]
 BmcUrl = Annotated[str, AfterValidator(_bmc_url)]
 
 

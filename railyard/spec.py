@@ -41,6 +41,7 @@ from railyard.fieldtypes import (
     NodeName,
     OverTimeMinutes,
     Pattern,
+    ReleaseUrl,
     SystemId,
     Url,
     UserName,
@@ -207,6 +208,10 @@ class NodeGroup(Strict):
     # scheduler: no partition, no Kubernetes role, no Slurm block or HyperNode. To put one
     # in service, move it to a group without spare (docs/user-guide.md, "Spare nodes").
     spare: bool = False
+    # What runs pods on this group's Kubernetes workers: a real kubelet with containerd, or
+    # KWOK, a simulated kubelet (Nodes that run nothing: simulation and scale tests only).
+    # KWOK is never implied; a group asks for it.
+    agent: Literal["kubelet", "kwok"] = "kubelet"
 
     @model_validator(mode="after")
     def _names_or_pattern(self) -> NodeGroup:
@@ -493,6 +498,10 @@ class Kubernetes(Strict):
     workers: Hostlist
     label_prefix: Domain = "topology.railyard.dev"
     network: PodNetwork = PodNetwork()
+    # Where the nodes download the Kubernetes release binaries: a mirror laid out like
+    # https://dl.k8s.io/release (<url>/v<version>/bin/linux/amd64/<binary> and <binary>.sha256
+    # next to each). None: dl.k8s.io itself (the roles' default).
+    release_url: ReleaseUrl | None = None
     kueue: Kueue = Kueue()
     volcano: Volcano = Volcano()
 

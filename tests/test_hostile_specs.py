@@ -265,6 +265,11 @@ def test_package_url_without_credentials(lab):
     assert "holds credentials" in refused(dump(lab), "partitions.slurm.enroot.package.url")
 
 
+def test_release_url_without_credentials(lab):
+    lab["partitions"]["kubernetes"]["release_url"] = "https://u:p@mirror.example.com/k8s/release"
+    assert "holds credentials" in refused(dump(lab), "partitions.kubernetes.release_url")
+
+
 def test_render_refuses_what_the_types_would_have(lab_plan):
     """Defence in depth: a value that reaches a template with a newline stops the render."""
     import dataclasses

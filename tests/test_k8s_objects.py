@@ -156,7 +156,7 @@ def test_drift_compares_each_workers_capacity_gpus_included(api, lab_plan):
     railyard sets their GPUs (must equal the spec's 2), the kubelet measures CPUs and memory
     (must be at least the spec's 2 CPUs and 1000 MB). No kubelet runs here, so the test
     registers kw1 and kw2 and writes their status as a kubelet and the role would."""
-    assert lab_plan.k8s_worker_agent == "kubelet"
+    assert set(lab_plan.kubernetes.agents.values()) == {"kubelet"}
 
     def status(name: str, capacity: dict[str, str]) -> None:
         doc = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},

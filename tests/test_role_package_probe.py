@@ -28,7 +28,7 @@ PROBES = {
     "nfs_client": ("nfs_client_packages", "nfs_client_packages", {}),
     "nfs_server": ("_nfs_server_packages", "nfs_server_ganesha_packages", {"__nfs_server_impl": "ganesha"}),
     "k8s_control_plane": ("k8s_control_plane_packages", "k8s_control_plane_packages", {}),
-    "k8s_worker": ("_k8s_worker_all_packages", "k8s_worker_packages", {"k8s_worker_kubelet": "kwok"}),
+    "k8s_worker": ("_k8s_worker_all_packages", "k8s_worker_packages", {"railyard_k8s_agent": "kwok"}),
 }
 
 

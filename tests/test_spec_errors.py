@@ -342,6 +342,16 @@ CASES: list[tuple[str, Callable[[dict], None], str, str]] = [
      "partitions.kubernetes.network.node_prefix", "each worker's block (/24) must be narrower than pod_cidr 10.244.0.0/24"),
     ("node-block-too-small-for-110-pods", _pod_network(node_prefix=26), "partitions.kubernetes.network.node_prefix",
      "less than or equal to 25"),
+    # KWOK is a per-group choice for simulating Kubernetes workers; a group with none has nothing to simulate
+    ("kwok-on-a-group-without-workers", lambda s: group(s, "gpu").update(agent="kwok"), "nodes[2].agent",
+     ("group 'gpu' sets agent: kwok (a simulated kubelet), but none of its nodes is a Kubernetes worker "
+     "(partitions.kubernetes.workers), so nothing would run it; remove 'agent' from the group, or add its "
+     "nodes to partitions.kubernetes.workers")),
+    ("unknown-agent", lambda s: group(s, "kw").update(agent="containerd"), "nodes[4].agent", "'kubelet' or 'kwok'"),
+    ("release-url-with-query", _set("partitions.kubernetes.release_url", "https://mirror.example.com/k8s?v=1"),
+     "partitions.kubernetes.release_url", "has a query or fragment"),
+    ("release-url-not-http", _set("partitions.kubernetes.release_url", "ftp://mirror.example.com/k8s"),
+     "partitions.kubernetes.release_url", "is not an http(s) URL with a host"),
     *NAME_CLASHES,
 ]
 

@@ -99,26 +99,35 @@ def lab_k8s_dir() -> Path:
 
 def _k8s_vars(role: str) -> Callable[[Plan], dict[str, Any]]:
     """Install sources of the Kubernetes roles: the lab's locally built binaries and
-    upstream manifests, or (elsewhere) the official releases."""
+    upstream manifests, or (elsewhere) the official releases, from the spec's mirror
+    (partitions.kubernetes.release_url) when it names one.
+
+    These apply to every host of the role alike (they are extravars). What differs per
+    worker, its agent (kubelet or KWOK), is a host variable of the inventory
+    (railyard_k8s_agent, which k8s_worker_kubelet follows), so one play serves a mixed group."""
 
     def make(plan: Plan) -> dict[str, Any]:
         versions = plan.spec.cluster.versions
+        k8s = plan.spec.partitions.kubernetes
+        mirror = {f"{role}_release_mirror": k8s.release_url} if k8s is not None and k8s.release_url else {}
         lab = plan.is_lab
         d = lab_k8s_dir()
         if role == "k8s_control_plane":
-            out: dict[str, Any] = {"k8s_control_plane_install_source": "binaries" if lab else "release"}
             if lab:
-                out |= {"k8s_control_plane_version": LAB_K8S_RELEASE, "k8s_control_plane_binaries_dir": str(d / "bin"),
-                        "k8s_control_plane_dns_image": LAB_DNS_IMAGE}
-            return out
+                return {"k8s_control_plane_install_source": "binaries", "k8s_control_plane_version": LAB_K8S_RELEASE,
+                        "k8s_control_plane_binaries_dir": str(d / "bin"), "k8s_control_plane_dns_image": LAB_DNS_IMAGE}
+            return {"k8s_control_plane_install_source": "release", **mirror}
         if role == "k8s_worker":
-            if plan.k8s_worker_agent == "kubelet":  # the lab: node containers, the image built here
-                return {"k8s_worker_kubelet": "kubelet", "k8s_worker_install_source": "binaries",
+            if lab:  # node containers, the binaries and the image built here
+                return {"k8s_worker_install_source": "binaries",
                         "k8s_worker_kubelet_version": LAB_K8S_RELEASE, "k8s_worker_binaries_dir": str(d / "bin"),
+                        "k8s_worker_kwok_manifests_dir": str(d / "manifests/kwok"),
                         "k8s_worker_node_in_container": True, "k8s_worker_containerd_snapshotter": "native",
                         "k8s_worker_sandbox_image": LAB_IMAGE,
                         "k8s_worker_image_archives": [str(d / "images/busybox.tar"), str(d / "images/coredns.tar")]}
-            return {"k8s_worker_install_source": "release", "k8s_worker_kwok_manifests_dir": str(d / "manifests/kwok")}
+            # KWOK's stages and ClusterRole come from the controller (scripts/build-k8s.sh crds)
+            return {"k8s_worker_install_source": "release", "k8s_worker_kwok_manifests_dir": str(d / "manifests/kwok"),
+                    **mirror}
         if role == "kueue":
             return {"kueue_version": versions.kueue, "kueue_binaries_dir": str(d / "bin"), "kueue_manifests_dir": str(d)}
         return {"volcano_version": versions.volcano, "volcano_binaries_dir": str(d / "bin"), "volcano_manifests_dir": str(d)}

@@ -44,14 +44,6 @@ class Plan:
         """Every node is a podman container on this machine (the lab), none is real."""
         return in_lab(self.nodes)
 
-    @property
-    def k8s_worker_agent(self) -> str:
-        """What runs pods on the Kubernetes workers: real kubelets in the lab, KWOK (a
-        simulated kubelet) elsewhere, where roles/k8s_worker cannot install the kubelet's
-        release yet. KWOK Nodes get their whole capacity from railyard; a kubelet measures
-        its CPUs and memory itself."""
-        return "kubelet" if self.is_lab else "kwok"
-
     def node(self, name: str) -> Node:
         return next(n for n in self.nodes if n.name == name)
 

@@ -128,6 +128,9 @@ def compile_inventory(
             hv["railyard_node_labels"] = k8s.labels[n.name]
             hv["railyard_node_capacity"] = k8s.capacity[n.name]
             hv["railyard_pod_cidr"] = k8s.network.pod_cidrs[n.name]
+            # roles/k8s_worker's k8s_worker_kubelet follows it: per host, so a Kubernetes
+            # partition may mix real and simulated workers
+            hv["railyard_k8s_agent"] = k8s.agents[n.name]
         mounts = mounts_of.get(n.name)
         if mounts:
             hv["railyard_mount_units"] = mounts

@@ -36,6 +36,8 @@ class KubernetesPlan:
     label_keys: tuple[str, ...]  # fabric levels, top to bottom, then hostname
     labels: dict[str, dict[str, str]]  # node -> labels
     capacity: dict[str, dict[str, str]]  # node -> Node .status.capacity (node_capacity)
+    # node -> what runs its pods: "kubelet" (real) or "kwok" (simulated), its group's agent
+    agents: dict[str, str]
     kueue: tuple[dict[str, Any], ...]
     volcano: tuple[dict[str, Any], ...]
     volcano_scheduler_conf: dict[str, Any]
@@ -302,6 +304,7 @@ def compile_kubernetes(cluster: Cluster, nodes: list[Node], fabric: Fabric | Non
         label_keys=keys,
         labels=labels,
         capacity={n.name: node_capacity(n) for n in workers},
+        agents={n.name: cluster.nodes[n.group_index].agent for n in workers},
         kueue=tuple(_kueue(cluster, workers, keys, fabric is not None)),
         volcano=tuple(_volcano(cluster, workers, fabric)),
         volcano_scheduler_conf=_scheduler_conf(fabric is not None),

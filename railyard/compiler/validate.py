@@ -27,6 +27,7 @@ def check(cluster: Cluster) -> tuple[list[Node], Fabric | None, list[Problem]]:
     _fabric_membership(nodes, fabric, problems)
     _slurm(cluster, by_name, fabric, problems)
     _kubernetes(cluster, nodes, fabric, problems)
+    _agents(cluster, nodes, problems)
     _storage(cluster, by_name, problems)
     return nodes, fabric, problems
 
@@ -293,6 +294,19 @@ def _pod_network(cluster: Cluster, workers: int, problems: list[Problem]) -> Non
             if a.overlaps(b):
                 problems.append(Problem(f"{path}.{name}", f"{a} overlaps {other} ({b}): a packet to an address "
                                         "in both could not be routed; pick ranges that do not overlap"))
+
+
+def _agents(cluster: Cluster, nodes: list[Node], problems: list[Problem]) -> None:
+    """``agent: kwok`` only where it simulates something: a group with a Kubernetes worker."""
+    workers = {n.group_index for n in nodes if "k8s_worker" in n.roles}
+    for gi, group in enumerate(cluster.nodes):
+        if group.agent == "kwok" and gi not in workers:
+            problems.append(Problem(
+                f"nodes[{gi}].agent",
+                f"group '{group.group}' sets agent: kwok (a simulated kubelet), but none of its nodes is a "
+                "Kubernetes worker (partitions.kubernetes.workers), so nothing would run it; remove "
+                "'agent' from the group, or add its nodes to partitions.kubernetes.workers",
+            ))
 
 
 def _cohort_cycles(cohorts: list, path: str, problems: list[Problem]) -> None:

@@ -523,11 +523,11 @@ def _capacity_findings(plan: Plan, obs: KubernetesObservation, fix: _Fix) -> lis
     """
     k = plan.kubernetes
     assert k is not None
-    simulated = plan.k8s_worker_agent == "kwok"
     out: list[Finding] = []
     for name, want in sorted(k.capacity.items()):
         if name not in obs.labels:
             continue  # node_missing says it
+        simulated = k.agents[name] == "kwok"
         for field, have in (("capacity", obs.capacity.get(name) or {}), ("allocatable", obs.allocatable.get(name) or {})):
             for resource, value in want.items():
                 got = have.get(resource)
@@ -548,7 +548,8 @@ def _capacity_findings(plan: Plan, obs: KubernetesObservation, fix: _Fix) -> lis
 def _simulated(plan: Plan, name: str) -> bool:
     """A KWOK Node: no kubelet runs for it, and its ``.status.nodeInfo`` says whatever the
     Node object says (KWOK copies no running binary's version into it)."""
-    return plan.k8s_worker_agent == "kwok"
+    k = plan.kubernetes
+    return k is not None and k.agents.get(name) == "kwok"
 
 
 _RELEASE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
@@ -716,7 +717,7 @@ def compare_kubernetes(plan: Plan, obs: KubernetesObservation,
         if name not in obs.labels:
             out.append(Finding("kubernetes", name, "node_missing",
                                f"{name} is in the spec but not registered in Kubernetes",
-                               f"`systemctl status kwok kubelet` on {name}, or {fix.up}", "registered", "missing"))
+                               f"`systemctl status {k.agents[name]}` on {name}, or {fix.up}", "registered", "missing"))
     for name, want in sorted(k.labels.items()):
         have = obs.labels.get(name)
         if have is None:

@@ -12,7 +12,6 @@ import pytest
 import yaml
 
 from railyard import exitcodes
-from railyard.compiler import Plan
 from railyard.drift import applied, compare
 from railyard.drift import collect as C
 from railyard.drift.collect import (
@@ -257,10 +256,12 @@ def test_expected_units_sackd_on_login_nodes_in_configless_mode(lab, delivery, l
     assert units["gpu001"] == (("slurmd.service", "active", "slurm_compute"),)  # in both modes
 
 
-def _with_agent(monkeypatch, agent):
-    """The worker agent is the plan's (the lab runs kubelets, other specs KWOK); a test
-    pins each."""
-    monkeypatch.setattr(Plan, "k8s_worker_agent", property(lambda _plan: agent))
+def _with_agent(doc: dict, agent: str) -> None:
+    """Every group that holds a Kubernetes worker runs *agent* (the spec's per-group
+    ``agent``; the default is a real kubelet)."""
+    plan = loads_plan(yaml.safe_dump(doc), "t.yaml")
+    for gi in {plan.node(w).group_index for w in (plan.kubernetes.workers if plan.kubernetes else ())}:
+        doc["nodes"][gi]["agent"] = agent
 
 
 LAB_MOUNTS = (("shared.mount", "enabled", "nfs_client"), ("home.mount", "enabled", "nfs_client"))
@@ -281,8 +282,8 @@ LAB_UNITS = {  # the lab, every role that keeps a unit, configless, real kubelet
 
 @pytest.mark.parametrize(("delivery", "agent"), [
     ("configless", "kubelet"), ("files", "kubelet"), ("configless", "kwok"), ("files", "kwok")])
-def test_expected_units_of_the_lab_written_out(lab, monkeypatch, delivery, agent):
-    _with_agent(monkeypatch, agent)
+def test_expected_units_of_the_lab_written_out(lab, delivery, agent):
+    _with_agent(lab, agent)
     lab["partitions"]["slurm"]["config_delivery"] = delivery
     plan = loads_plan(yaml.safe_dump(lab), "t.yaml")
     want = dict(LAB_UNITS)
@@ -294,7 +295,7 @@ def test_expected_units_of_the_lab_written_out(lab, monkeypatch, delivery, agent
 
 
 @pytest.mark.parametrize("case", sorted(json.loads((FIX / "nodes" / "expected_units.json").read_text())))
-def test_expected_units_of_the_example_specs_as_recorded(monkeypatch, case):
+def test_expected_units_of_the_example_specs_as_recorded(case):
     """fixtures/nodes/expected_units.json: every inventories/*/cluster.yaml in both config
     deliveries and with both worker agents, as expected_units gave them when its unit names
     were still written in Python (hosts folded where their units are the same)."""
@@ -304,7 +305,7 @@ def test_expected_units_of_the_example_specs_as_recorded(monkeypatch, case):
     name, delivery, agent = case.split("/")
     doc = yaml.safe_load((ROOT / "inventories" / name / "cluster.yaml").read_text())
     doc["partitions"]["slurm"]["config_delivery"] = delivery
-    _with_agent(monkeypatch, agent)
+    _with_agent(doc, agent)
     plan = loads_plan(yaml.safe_dump(doc), "t.yaml")
     recorded = json.loads((FIX / "nodes" / "expected_units.json").read_text())[case]
     want = {h: tuple(map(tuple, units)) for hosts, units in recorded.items() for h in expand(hosts)}

@@ -7,6 +7,7 @@ from dataclasses import replace
 from decimal import Decimal
 
 import pytest
+import yaml
 
 from railyard import exitcodes
 from railyard.drift import compare
@@ -22,7 +23,7 @@ from railyard.drift.observed import (
     UnitState,
     Unreachable,
 )
-from railyard.load import load_plan
+from railyard.load import loads_plan
 from tests.conftest import ROOT
 from tests.drift.recorded import clean_observed, files_obs, k8s_obs, nodes_obs, slurm_obs
 
@@ -416,10 +417,12 @@ def test_kubernetes_capacity_of_a_kubelets_node(lab_plan):
 
 
 def test_kubernetes_capacity_of_a_kwok_node_is_all_railyards():
-    """A KWOK Node (every spec but the lab's) reports exactly what railyard registered: the
-    dgx-h100 workers' 2 x 56 x 2 CPUs, 2,000,000 MB and 8 GPUs; more CPUs is drift too."""
-    plan = load_plan(ROOT / "inventories/dgx-h100/cluster.yaml")
-    assert plan.k8s_worker_agent == "kwok"
+    """A KWOK Node (a group with ``agent: kwok``) reports exactly what railyard registered:
+    the dgx-h100 workers' 2 x 56 x 2 CPUs, 2,000,000 MB and 8 GPUs; more CPUs is drift too."""
+    doc = yaml.safe_load((ROOT / "inventories/dgx-h100/cluster.yaml").read_text())
+    next(g for g in doc["nodes"] if g["group"] == "dgx")["agent"] = "kwok"
+    plan = loads_plan(yaml.safe_dump(doc), "dgx-h100-kwok.yaml")
+    assert set(plan.kubernetes.agents.values()) == {"kwok"}
     want = {"cpu": "224", "memory": "2000000Mi", "pods": "110", "nvidia.com/gpu": "8"}
     nodes = {"items": [{"metadata": {"name": n, "labels": dict(plan.kubernetes.labels[n])},
                         "status": {"capacity": dict(want), "allocatable": dict(want)}} for n in plan.kubernetes.workers]}

@@ -12,13 +12,14 @@ import dataclasses
 import json
 
 import pytest
+import yaml
 
 from railyard import exitcodes
 from railyard.compiler import Plan
 from railyard.drift import compare
 from railyard.drift.kubernetes import etcd_from_probe, observation
 from railyard.drift.observed import EtcdMember, EtcdObservation, Observed
-from railyard.load import load_plan
+from railyard.load import load_plan, loads_plan
 from tests.conftest import ROOT
 from tests.drift.recorded import FIX, k8s_docs, k8s_obs
 
@@ -86,11 +87,11 @@ def test_a_node_without_a_kubelet_version_is_an_unreadable_observation(lab_plan)
 
 
 @pytest.fixture
-def site_plan(monkeypatch) -> Plan:
-    """dgx-h100 (cluster.versions.kubernetes "1.35", kcp[1-3]) with real kubelets, as a
-    site gets them once roles/k8s_worker installs the release (issue 22)."""
+def site_plan() -> Plan:
+    """dgx-h100 (cluster.versions.kubernetes "1.35", kcp[1-3]) with real kubelets, as
+    roles/k8s_worker installs them from the release (no group says agent: kwok)."""
     plan = load_plan(ROOT / "inventories/dgx-h100/cluster.yaml")
-    monkeypatch.setattr(Plan, "k8s_worker_agent", property(lambda _p: "kubelet"))
+    assert set(plan.kubernetes.agents.values()) == {"kubelet"}
     return plan
 
 
@@ -117,8 +118,10 @@ def test_a_site_kubelet_must_be_of_the_spec_minor(site_plan):
 
 
 def test_kwok_nodes_are_not_compared_for_versions_and_the_note_says_why():
-    plan = load_plan(ROOT / "inventories/dgx-h100/cluster.yaml")
-    assert plan.k8s_worker_agent == "kwok"
+    spec = yaml.safe_load((ROOT / "inventories/dgx-h100/cluster.yaml").read_text())
+    next(g for g in spec["nodes"] if g["group"] == "dgx")["agent"] = "kwok"  # the Kubernetes workers' group
+    plan = loads_plan(yaml.safe_dump(spec, sort_keys=False), "kwok.yaml")
+    assert set(plan.kubernetes.agents.values()) == {"kwok"}
     nodes = site_nodes(plan, {n: "fake" for n in plan.kubernetes.workers})
     for item in nodes["items"]:
         item["status"]["nodeInfo"]["containerRuntimeVersion"] = ""

@@ -59,8 +59,9 @@ def run_role(role: str, extra_vars: dict, tags: str, check: bool = True, hosts: 
     """Run *role* (only *tags*, in check mode unless told) against the scenario's instances
     (*hosts*, a pattern), with the play's *vars_files* (as a converge.yml names them).
 
-    Returns the exit code, the first failed task's name and message, and how many tasks
-    changed. Check mode with an install tag leaves the instance as converge left it.
+    Returns the exit code, the last failed task's name and message (the one that stopped
+    the play: a failure a block rescued comes before it), and how many tasks changed.
+    Check mode with an install tag leaves the instance as converge left it.
     """
     playbook = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / f"{role}-source.yml"
     play = {"name": "source", "hosts": hosts, "gather_facts": False, "roles": [role]}
@@ -78,9 +79,8 @@ def run_role(role: str, extra_vars: dict, tags: str, check: bool = True, hosts: 
     start = 0 if out.stdout.startswith("{") else out.stdout.index("\n{") + 1
     result, _ = json.JSONDecoder().raw_decode(out.stdout, start)
     changed = sum(s["changed"] for s in result["stats"].values())
-    for task in result["plays"][0]["tasks"]:
-        for res in task["hosts"].values():
-            if res.get("failed"):
-                return {"rc": out.returncode, "task": task["task"]["name"], "msg": res["msg"],
-                        "changed": changed}
+    failed = [(task["task"]["name"], res["msg"]) for task in result["plays"][0]["tasks"]
+              for res in task["hosts"].values() if res.get("failed")]
+    if failed:
+        return {"rc": out.returncode, "task": failed[-1][0], "msg": failed[-1][1], "changed": changed}
     return {"rc": out.returncode, "task": None, "msg": "", "changed": changed}

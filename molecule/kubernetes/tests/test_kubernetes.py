@@ -40,10 +40,14 @@ LQ = next(d for d in KUEUE_DOCS if d["kind"] == "LocalQueue")
 CQ = next(d for d in KUEUE_DOCS if d["kind"] == "ClusterQueue")
 PLAN_GPUS = {n: json.loads((ARTIFACTS / f"ansible/host_vars/{n}.json").read_text()).get("railyard_gpus", {}).get("count", 0)
              for n in WORKERS}
-# Which agent each worker runs, as this scenario's inventory sets it (the role's default: kwok).
-_HOST_VARS = yaml.safe_load((Path(__file__).resolve().parents[1] / "molecule.yml").read_text())[
-    "provisioner"]["inventory"].get("host_vars", {})
-AGENT = {n: _HOST_VARS.get(n, {}).get("k8s_worker_kubelet", "kwok") for n in WORKERS}
+# Which agent each worker runs, as this scenario's inventory sets it (otherwise the lab
+# spec's: a real kubelet, the default of a group), and where it installs it from.
+_MOLECULE = yaml.safe_load((Path(__file__).resolve().parents[1] / "molecule.yml").read_text())
+_HOST_VARS = _MOLECULE["provisioner"]["inventory"].get("host_vars", {})
+_GROUP_VARS = _MOLECULE["provisioner"]["inventory"]["group_vars"]["all"]
+AGENT = {n: _HOST_VARS.get(n, {}).get("k8s_worker_kubelet", "kubelet") for n in WORKERS}
+SOURCE = {n: _HOST_VARS.get(n, {}).get("k8s_worker_install_source", _GROUP_VARS["k8s_worker_install_source"])
+          for n in WORKERS}
 IMAGE = _HOST_VARS[next(n for n in WORKERS if AGENT[n] == "kubelet")]["k8s_worker_sandbox_image"]
 GPU_QUOTA = int(next(r["nominalQuota"] for g in CQ["spec"]["resourceGroups"] for f in g["flavors"]
                      for r in f["resources"] if r["name"] == "nvidia.com/gpu"))
@@ -212,6 +216,61 @@ def test_kwok_is_not_checked_against_the_kubernetes_release():
     got = run_role("k8s_worker", {"k8s_worker_kubernetes_version": "1.34"}, "k8s_worker_install", hosts=KWOK,
                    vars_files=VARS_FILES)
     assert got["rc"] == 0 and got["task"] is None, got
+
+
+# -- the release install path -----------------------------------------------------------
+# The kubelet worker installs its kubelet from the release (a mirror on its loopback that
+# serves the built binaries under dl.k8s.io's paths, converge.yml), as a site does.
+RELEASE = next(n for n in WORKERS if SOURCE[n] == "release")
+MIRROR_PORT = _GROUP_VARS["railyard_release_mirror_port"]
+MIRROR_DIR = _GROUP_VARS["railyard_release_mirror_dir"]
+K8S_RELEASE = "v1.35.4"  # the build molecule.yml's railyard_k8s_bin names
+RELEASE_PATH = f"release/{K8S_RELEASE}/bin/linux/amd64"
+
+
+def test_both_install_sources_are_covered():
+    assert sorted(set(SOURCE.values())) == ["binaries", "release"], SOURCE
+    assert AGENT[RELEASE] == "kubelet"
+
+
+def test_the_kubelet_was_downloaded_from_the_release_with_its_checksum():
+    """The mirror's log shows the role's requests: the kubelet and its published .sha256;
+    what runs is the file it served."""
+    host = testinfra.get_host(f"podman://{RELEASE}")
+    log = host.run("journalctl -u railyard-release-mirror -o cat --no-pager").stdout
+    for path in (f"/{RELEASE_PATH}/kubelet", f"/{RELEASE_PATH}/kubelet.sha256"):
+        assert f'"GET {path} HTTP/1.1" 200' in log, log
+    served = host.run(f"sha256sum {MIRROR_DIR}/{RELEASE_PATH}/kubelet").stdout.split()[0]
+    assert host.run("sha256sum /usr/local/bin/kubelet").stdout.split()[0] == served
+    assert host.file("/usr/local/bin/kubelet").mode == 0o755
+
+
+def test_a_checksum_mismatch_fails_the_role_and_installs_nothing():
+    """The install step again, for real (not check mode), from a mirror whose published
+    kubelet.sha256 is wrong: the role stops at the download with a message naming the file,
+    the URL, both checksums and the fix, and the installed kubelet stays as it was."""
+    host = testinfra.get_host(f"podman://{RELEASE}")
+    wrong = "0" * 64
+    bad = f"{MIRROR_DIR}/bad/{K8S_RELEASE}/bin/linux/amd64"
+    before = host.run("sha256sum /usr/local/bin/kubelet").stdout.split()[0]
+    host.run(f"mkdir -p {bad} && cp {MIRROR_DIR}/{RELEASE_PATH}/kubelet {bad}/kubelet && echo {wrong} > {bad}/kubelet.sha256")
+    try:
+        mirror = f"http://127.0.0.1:{MIRROR_PORT}/bad"
+        got = run_role("k8s_worker", {"k8s_worker_release_mirror": mirror}, "k8s_worker_install", check=False,
+                       hosts=RELEASE, vars_files=VARS_FILES)
+    finally:
+        host.run(f"rm -rf {MIRROR_DIR}/bad")
+    print(f"\nk8s_worker: {got['task']}: {got['msg']}")  # the message as a real run gives it
+    url = f"{mirror}/{K8S_RELEASE}/bin/linux/amd64/kubelet"
+    assert got["rc"] != 0 and got["task"].endswith("Fail naming the file, its URL and both checksums"), got
+    assert got["msg"].startswith(
+        f"k8s_worker: CHECKSUM MISMATCH for kubelet on {RELEASE}: {url} downloaded with sha256 {before}, but the "
+        f"published checksum {url}.sha256 expects {wrong}. The file was not installed (/usr/local/bin/kubelet is "
+        "unchanged)"), got["msg"]
+    assert "pin its sha256 in k8s_worker_release_checksums" in got["msg"], got["msg"]
+    assert got["changed"] == 0, got
+    assert host.run("sha256sum /usr/local/bin/kubelet").stdout.split()[0] == before
+    assert_running(host, "kubelet")
 
 
 def test_keys_are_private():
