@@ -648,13 +648,19 @@ def collect_kubernetes(plan: Plan, runner: Runner, timeouts: Timeouts = Timeouts
     """Nodes, the plan's Kueue/Volcano objects and etcd's members, as the control plane
     answers them, and the runtimes recorded when ``railyard up`` last finished."""
     from railyard.drift import applied
-    from railyard.drift.kubernetes import etcd_probe_argv, kinds_of, observation
+    from railyard.drift.kubernetes import (
+        dns_from_deployment,
+        etcd_probe_argv,
+        kinds_of,
+        observation,
+    )
 
     k = plan.kubernetes
     assert k is not None
     host = k.control_plane[0]
     kinds = kinds_of([*k.kueue, *k.volcano])
-    commands = {"nodes": [*KUBECTL, "get", "nodes", "-o", "json"], "etcd": etcd_probe_argv(ETCD_ENDPOINT)}
+    commands = {"nodes": [*KUBECTL, "get", "nodes", "-o", "json"], "etcd": etcd_probe_argv(ETCD_ENDPOINT),
+                "dns": [*KUBECTL, "-n", "kube-system", "get", "deployment", "coredns", "--ignore-not-found", "-o", "json"]}
     if kinds:
         commands["objects"] = [*KUBECTL, "get", ",".join(kinds), "-A", "-o", "json"]
     with ThreadPoolExecutor(max_workers=len(commands)) as pool:
@@ -669,6 +675,10 @@ def collect_kubernetes(plan: Plan, runner: Runner, timeouts: Timeouts = Timeouts
             said = f"; etcd there: {etcd.failure}" if etcd.failure else ""
             raise RuntimeError(f"`{' '.join(commands[name])}` on {host} failed (rc {res.rc}): "
                                f"{res.stderr.strip()[-400:]}{said}")
+    try:
+        dns = dns_from_deployment(results.pop("dns").stdout)
+    except ValueError as exc:
+        raise RuntimeError(f"`{' '.join(commands['dns'])}` on {host}: {exc}") from None
     docs: dict[str, Any] = {}
     for name, res in results.items():
         try:
@@ -678,7 +688,7 @@ def collect_kubernetes(plan: Plan, runner: Runner, timeouts: Timeouts = Timeouts
                                f"{res.stdout.strip()[:200]!r}") from None
     lists = [docs["objects"]] if "objects" in docs else []
     record = applied.record_path(root, plan.name)
-    return dataclasses.replace(observation(docs["nodes"], lists, etcd),
+    return dataclasses.replace(observation(docs["nodes"], lists, etcd, dns),
                                applied_runtimes=applied.load(record), applied_record=str(record))
 
 

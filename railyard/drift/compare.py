@@ -642,6 +642,28 @@ def _version_checks(plan: Plan, obs: KubernetesObservation,
     return findings, errors, notes
 
 
+def _dns_findings(plan: Plan, obs: KubernetesObservation, fix: _Fix) -> list[Finding]:
+    """The cluster DNS runs: kube-system/coredns exists and all its replicas are available
+    (roles/k8s_control_plane applies it; its pods run on the kubelet workers, so a
+    partition of KWOK workers only has no cluster DNS to check)."""
+    k = plan.kubernetes
+    assert k is not None
+    if obs.dns is None or not any(a == "kubelet" for a in k.agents.values()):
+        return []
+    subject, dns = "kube-system/coredns", k.network.cluster_dns
+    if not obs.dns.found:
+        return [Finding("kubernetes", subject, "dns_missing",
+                        f"{subject}: the cluster DNS Deployment is not there (nothing answers at {dns})",
+                        f"{fix.up} re-applies role k8s_control_plane, which creates it", "Deployment", "absent")]
+    if obs.dns.available < obs.dns.desired:
+        return [Finding("kubernetes", subject, "dns_unavailable",
+                        f"{subject}: {obs.dns.available} of {obs.dns.desired} replicas available (the cluster DNS "
+                        f"at {dns})", "`kubectl -n kube-system describe pods -l k8s-app=kube-dns` says why "
+                        "(image, node, readiness); the kubelet workers must run and reach the apiserver's Service",
+                        f"{obs.dns.desired} available", f"{obs.dns.available} available")]
+    return []
+
+
 def _member_id(member: EtcdMember) -> str:
     """The ID as etcdctl prints and takes it (hex)."""
     return format(int(member.id), "x") if member.id.isdigit() else member.id
@@ -759,6 +781,7 @@ def compare_kubernetes(plan: Plan, obs: KubernetesObservation,
             out.append(Finding("kubernetes", subject, "object_field",
                                f"{subject}: {path} is {h!r} in the cluster, the plan has {w!r}",
                                f"{fix.up} restores it", repr(w), repr(h)))
+    out += _dns_findings(plan, obs, fix)
     findings, errors, notes = _version_checks(plan, obs, fix)
     out += findings
     if obs.etcd is not None:

@@ -14,7 +14,13 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from railyard.drift.observed import EtcdMember, EtcdObservation, KubernetesObservation, NodeVersions
+from railyard.drift.observed import (
+    DnsObservation,
+    EtcdMember,
+    EtcdObservation,
+    KubernetesObservation,
+    NodeVersions,
+)
 
 
 def kinds_of(docs: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -91,10 +97,22 @@ def runtimes_from_nodes(doc: Mapping[str, Any]) -> dict[str, str]:
 
 
 def observation(nodes: Mapping[str, Any], lists: Iterable[Mapping[str, Any]],
-                etcd: EtcdObservation | None = None) -> KubernetesObservation:
+                etcd: EtcdObservation | None = None, dns: DnsObservation | None = None) -> KubernetesObservation:
     return KubernetesObservation(deployed=True, labels=labels_from_nodes(nodes), capacity=status_from_nodes(nodes, "capacity"),
                                  allocatable=status_from_nodes(nodes, "allocatable"), objects=objects_from_lists(lists),
-                                 versions=versions_from_nodes(nodes), etcd=etcd)
+                                 versions=versions_from_nodes(nodes), etcd=etcd, dns=dns)
+
+
+def dns_from_deployment(text: str) -> DnsObservation:
+    """``kubectl -n kube-system get deployment coredns --ignore-not-found -o json``: nothing
+    printed is a Deployment that is not there. Raises ValueError on anything else."""
+    if not text.strip():
+        return DnsObservation(found=False)
+    doc = json.loads(text)
+    if not isinstance(doc, Mapping) or doc.get("kind") != "Deployment":
+        raise ValueError(f"not a Deployment: {text.strip()[:200]!r}")
+    spec, status = doc.get("spec") or {}, doc.get("status") or {}
+    return DnsObservation(found=True, desired=int(spec.get("replicas", 1)), available=int(status.get("availableReplicas") or 0))
 
 
 # --------------------------------------------------------------------------- etcd

@@ -234,6 +234,15 @@ class EtcdObservation:
 
 
 @dataclass(frozen=True)
+class DnsObservation:
+    """The cluster DNS Deployment (kube-system/coredns) as the apiserver reports it."""
+
+    found: bool
+    desired: int = 0  # .spec.replicas
+    available: int = 0  # .status.availableReplicas: Ready pods that answer
+
+
+@dataclass(frozen=True)
 class KubernetesObservation:
     """The API server's view. ``deployed=False``: there is nothing to compare yet."""
 
@@ -245,6 +254,7 @@ class KubernetesObservation:
     objects: tuple[Mapping[str, Any], ...] = ()  # Kueue and Volcano objects as the API returns them
     versions: Mapping[str, NodeVersions] = field(default_factory=dict)  # node -> .status.nodeInfo
     etcd: EtcdObservation | None = None  # None: not asked
+    dns: DnsObservation | None = None  # None: not asked
     # node -> containerRuntimeVersion when `railyard up` last finished (railyard.drift.applied);
     # None with ``applied_record`` set: no record there; ``applied_record`` "": not looked for.
     applied_runtimes: Mapping[str, str] | None = None

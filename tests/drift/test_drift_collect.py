@@ -107,7 +107,18 @@ ETCD_CLEAN = Result(0, (FIX / "kubernetes" / "etcd_clean.json").read_text(), "")
 RUNTIME = "containerd://1.7.24~ds1"
 
 
-def kubectl_answers(plan, labels=None, etcd: Result | Exception = ETCD_CLEAN) -> dict:
+DNS_ARGV = ("kcp1", (*C.KUBECTL, "-n", "kube-system", "get", "deployment", "coredns", "--ignore-not-found", "-o", "json"))
+
+
+def coredns(replicas: int, available: int | None) -> Result:
+    """kube-system/coredns as kubectl prints it (the fields drift reads)."""
+    status = {"replicas": replicas} | ({"availableReplicas": available} if available is not None else {})
+    doc = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "coredns", "namespace": "kube-system"},
+           "spec": {"replicas": replicas}, "status": status}
+    return Result(0, json.dumps(doc), "")
+
+
+def kubectl_answers(plan, labels=None, etcd: Result | Exception = ETCD_CLEAN, dns: Result | None = None) -> dict:
     """What kcp1's kubectl and etcd return for a cluster that is exactly the plan."""
     from railyard.drift.kubernetes import etcd_probe_argv, kinds_of
 
@@ -121,7 +132,27 @@ def kubectl_answers(plan, labels=None, etcd: Result | Exception = ETCD_CLEAN) ->
     return {(get[0], (*get[1], "nodes", "-o", "json")): Result(0, json.dumps(nodes), ""),
             (get[0], (*get[1], ",".join(kinds_of(objects["items"])), "-A", "-o", "json")):
                 Result(0, json.dumps(objects), ""),
-            ("kcp1", tuple(etcd_probe_argv("http://127.0.0.1:2379"))): etcd}
+            ("kcp1", tuple(etcd_probe_argv("http://127.0.0.1:2379"))): etcd,
+            DNS_ARGV: dns or coredns(2, 2)}
+
+
+@pytest.mark.parametrize(("answer", "kind", "message"), [
+    (coredns(2, 1), "dns_unavailable", "kube-system/coredns: 1 of 2 replicas available (the cluster DNS at 10.96.0.10)"),
+    (coredns(2, None), "dns_unavailable", "kube-system/coredns: 0 of 2 replicas available (the cluster DNS at 10.96.0.10)"),
+    (Result(0, "", ""), "dns_missing",  # --ignore-not-found prints nothing
+     "kube-system/coredns: the cluster DNS Deployment is not there (nothing answers at 10.96.0.10)"),
+])
+def test_the_cluster_dns_not_running_is_drift(lab_plan, tmp_path, answer, kind, message):
+    """The lab's kube-dns address: the default Service range's tenth (a literal)."""
+    obs = C.collect_kubernetes(lab_plan, RecordedRunner(kubectl_answers(lab_plan, dns=answer)), root=tmp_path)
+    [finding] = compare(lab_plan, Observed(kubernetes=obs)).findings
+    assert (finding.subject, finding.kind, finding.message) == ("kube-system/coredns", kind, message)
+
+
+def test_an_unreadable_dns_answer_is_a_check_error_not_a_crash(lab_plan, tmp_path):
+    with pytest.raises(RuntimeError, match="coredns --ignore-not-found -o json` on kcp1: not a Deployment"):
+        C.collect_kubernetes(lab_plan, RecordedRunner(kubectl_answers(lab_plan, dns=Result(0, '{"kind": "Pod"}', ""))),
+                             root=tmp_path)
 
 
 def test_kubernetes_from_the_control_plane(lab_plan, tmp_path):
@@ -234,7 +265,9 @@ def test_expected_units_follow_the_roles_that_exist(lab_plan):
                                           "kube-scheduler.service", "kueue.service", "vc-scheduler.service",
                                           "vc-controller-manager.service", "shared.mount", "home.mount"]
     assert k8s["kcp1"][5] == ("vc-scheduler.service", "active", "volcano")
-    assert k8s["kw2"] == (("containerd.service", "active", "k8s_worker"), ("kubelet.service", "active", "k8s_worker"),
+    assert k8s["kw2"] == (("containerd.service", "active", "k8s_worker"),
+                          ("railyard-pod-network.service", "active", "k8s_worker"),
+                          ("kubelet.service", "active", "k8s_worker"), ("kube-proxy.service", "active", "k8s_worker"),
                           *mount)  # the lab's workers run real kubelets
     assert "nfs1" not in units  # the server does not mount its own export
     assert expected_units(lab_plan, []) == {}
@@ -275,7 +308,8 @@ LAB_UNITS = {  # the lab, every role that keeps a unit, configless, real kubelet
              ("kube-scheduler.service", "active", "k8s_control_plane"), ("kueue.service", "active", "kueue"),
              ("vc-scheduler.service", "active", "volcano"), ("vc-controller-manager.service", "active", "volcano"),
              *LAB_MOUNTS),
-    **{f"kw{i}": (("containerd.service", "active", "k8s_worker"), ("kubelet.service", "active", "k8s_worker"),
+    **{f"kw{i}": (("containerd.service", "active", "k8s_worker"), ("railyard-pod-network.service", "active", "k8s_worker"),
+                  ("kubelet.service", "active", "k8s_worker"), ("kube-proxy.service", "active", "k8s_worker"),
                   *LAB_MOUNTS) for i in (1, 2)},
 }
 
