@@ -45,7 +45,9 @@ def test_a_mixed_partition_gets_its_agent_per_host(lab):
     assert "k8s_worker_kubelet" not in ROLE_VARS["k8s_worker"](plan)
     units = expected_units(plan, ["k8s_worker"])
     assert units["kw1"] == (("kwok.service", "active", "k8s_worker"),)
-    assert units["kw2"] == (("containerd.service", "active", "k8s_worker"), ("kubelet.service", "active", "k8s_worker"))
+    assert units["kw2"] == (("containerd.service", "active", "k8s_worker"),
+                            ("railyard-pod-network.service", "active", "k8s_worker"),
+                            ("kubelet.service", "active", "k8s_worker"), ("kube-proxy.service", "active", "k8s_worker"))
 
 
 def test_a_site_installs_the_release_and_the_lab_its_build():
