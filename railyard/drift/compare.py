@@ -642,26 +642,32 @@ def _version_checks(plan: Plan, obs: KubernetesObservation,
     return findings, errors, notes
 
 
-def _dns_findings(plan: Plan, obs: KubernetesObservation, fix: _Fix) -> list[Finding]:
-    """The cluster DNS runs: kube-system/coredns exists and all its replicas are available
-    (roles/k8s_control_plane applies it; its pods run on the kubelet workers, so a
-    partition of KWOK workers only has no cluster DNS to check)."""
+def _dns_checks(plan: Plan, obs: KubernetesObservation, fix: _Fix) -> tuple[list[Finding], list[str]]:
+    """The cluster DNS runs: kube-system/coredns exists and at least one replica is
+    available (roles/k8s_control_plane applies it; its pods run on the kubelet workers, so
+    a partition of KWOK workers only has no cluster DNS to check). Fewer than it asks for,
+    but some, is a note: the DNS still answers, and a worker restarting or a rollout
+    passes through that state, which a drift check must not call drift."""
     k = plan.kubernetes
     assert k is not None
     if obs.dns is None or not any(a == "kubelet" for a in k.agents.values()):
-        return []
+        return [], []
     subject, dns = "kube-system/coredns", k.network.cluster_dns
     if not obs.dns.found:
         return [Finding("kubernetes", subject, "dns_missing",
                         f"{subject}: the cluster DNS Deployment is not there (nothing answers at {dns})",
-                        f"{fix.up} re-applies role k8s_control_plane, which creates it", "Deployment", "absent")]
-    if obs.dns.available < obs.dns.desired:
+                        f"{fix.up} re-applies role k8s_control_plane, which creates it", "Deployment", "absent")], []
+    if obs.dns.available == 0 and obs.dns.desired > 0:
         return [Finding("kubernetes", subject, "dns_unavailable",
-                        f"{subject}: {obs.dns.available} of {obs.dns.desired} replicas available (the cluster DNS "
-                        f"at {dns})", "`kubectl -n kube-system describe pods -l k8s-app=kube-dns` says why "
-                        "(image, node, readiness); the kubelet workers must run and reach the apiserver's Service",
-                        f"{obs.dns.desired} available", f"{obs.dns.available} available")]
-    return []
+                        f"{subject}: 0 of {obs.dns.desired} replicas available: the cluster DNS at {dns} does not "
+                        "answer", "`kubectl -n kube-system describe pods -l k8s-app=kube-dns` says why (image, node, "
+                        "readiness); the kubelet workers must run and reach the apiserver's Service",
+                        f"{obs.dns.desired} available", "0 available")], []
+    if obs.dns.available < obs.dns.desired:
+        note = (f"kubernetes: {subject} has {obs.dns.available} of {obs.dns.desired} replicas available "
+                f"(the cluster DNS at {dns} answers, with less to spare)")
+        return [], [note]
+    return [], []
 
 
 def _member_id(member: EtcdMember) -> str:
@@ -781,8 +787,10 @@ def compare_kubernetes(plan: Plan, obs: KubernetesObservation,
             out.append(Finding("kubernetes", subject, "object_field",
                                f"{subject}: {path} is {h!r} in the cluster, the plan has {w!r}",
                                f"{fix.up} restores it", repr(w), repr(h)))
-    out += _dns_findings(plan, obs, fix)
+    dns_findings, dns_notes = _dns_checks(plan, obs, fix)
+    out += dns_findings
     findings, errors, notes = _version_checks(plan, obs, fix)
+    notes = dns_notes + notes
     out += findings
     if obs.etcd is not None:
         f, e = _etcd_checks(plan, obs.etcd, fix)

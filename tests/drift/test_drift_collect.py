@@ -137,8 +137,8 @@ def kubectl_answers(plan, labels=None, etcd: Result | Exception = ETCD_CLEAN, dn
 
 
 @pytest.mark.parametrize(("answer", "kind", "message"), [
-    (coredns(2, 1), "dns_unavailable", "kube-system/coredns: 1 of 2 replicas available (the cluster DNS at 10.96.0.10)"),
-    (coredns(2, None), "dns_unavailable", "kube-system/coredns: 0 of 2 replicas available (the cluster DNS at 10.96.0.10)"),
+    (coredns(2, None), "dns_unavailable",
+     "kube-system/coredns: 0 of 2 replicas available: the cluster DNS at 10.96.0.10 does not answer"),
     (Result(0, "", ""), "dns_missing",  # --ignore-not-found prints nothing
      "kube-system/coredns: the cluster DNS Deployment is not there (nothing answers at 10.96.0.10)"),
 ])
@@ -147,6 +147,15 @@ def test_the_cluster_dns_not_running_is_drift(lab_plan, tmp_path, answer, kind, 
     obs = C.collect_kubernetes(lab_plan, RecordedRunner(kubectl_answers(lab_plan, dns=answer)), root=tmp_path)
     [finding] = compare(lab_plan, Observed(kubernetes=obs)).findings
     assert (finding.subject, finding.kind, finding.message) == ("kube-system/coredns", kind, message)
+
+
+def test_a_cluster_dns_short_of_replicas_is_a_note_while_it_answers(lab_plan, tmp_path):
+    applied.save(applied.record_path(tmp_path, "lab"), {"kw1": RUNTIME, "kw2": RUNTIME})
+    obs = C.collect_kubernetes(lab_plan, RecordedRunner(kubectl_answers(lab_plan, dns=coredns(2, 1))), root=tmp_path)
+    report = compare(lab_plan, Observed(kubernetes=obs))
+    assert report.findings == ()
+    assert report.notes == (("kubernetes: kube-system/coredns has 1 of 2 replicas available (the cluster DNS at "
+                             "10.96.0.10 answers, with less to spare)"),)
 
 
 def test_an_unreadable_dns_answer_is_a_check_error_not_a_crash(lab_plan, tmp_path):
