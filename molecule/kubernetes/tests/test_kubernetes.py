@@ -233,16 +233,17 @@ def test_both_install_sources_are_covered():
     assert AGENT[RELEASE] == "kubelet"
 
 
-def test_the_kubelet_was_downloaded_from_the_release_with_its_checksum():
-    """The mirror's log shows the role's requests: the kubelet and its published .sha256;
-    what runs is the file it served."""
+@pytest.mark.parametrize("binary", ["kubelet", "kube-proxy"])  # a kubelet worker's release components
+def test_the_worker_binaries_were_downloaded_from_the_release_with_their_checksums(binary):
+    """The mirror's log shows the role's requests: each binary and its published .sha256;
+    what is installed is the file it served."""
     host = testinfra.get_host(f"podman://{RELEASE}")
     log = host.run("journalctl -u railyard-release-mirror -o cat --no-pager").stdout
-    for path in (f"/{RELEASE_PATH}/kubelet", f"/{RELEASE_PATH}/kubelet.sha256"):
+    for path in (f"/{RELEASE_PATH}/{binary}", f"/{RELEASE_PATH}/{binary}.sha256"):
         assert f'"GET {path} HTTP/1.1" 200' in log, log
-    served = host.run(f"sha256sum {MIRROR_DIR}/{RELEASE_PATH}/kubelet").stdout.split()[0]
-    assert host.run("sha256sum /usr/local/bin/kubelet").stdout.split()[0] == served
-    assert host.file("/usr/local/bin/kubelet").mode == 0o755
+    served = host.run(f"sha256sum {MIRROR_DIR}/{RELEASE_PATH}/{binary}").stdout.split()[0]
+    assert host.run(f"sha256sum /usr/local/bin/{binary}").stdout.split()[0] == served
+    assert host.file(f"/usr/local/bin/{binary}").mode == 0o755
 
 
 def test_a_checksum_mismatch_fails_the_role_and_installs_nothing():
