@@ -126,6 +126,13 @@ def _two_pods_named(name: str) -> Callable[[dict], None]:
     return apply
 
 
+def _ha_control_plane(count: int) -> Callable[[dict], None]:
+    def mutate(spec: dict) -> None:
+        group(spec, "kcp")["names"] = f"kcp[1-{count}]"
+        spec["partitions"]["kubernetes"]["control_plane"] = f"kcp[1-{count}]"
+    return mutate
+
+
 def _two_spine_groups(spec: dict) -> None:
     """leaf-b is cabled to spines of two groups: the groups would be merged."""
     _cabled(spec, [{"a": "leaf-a", "b": "spine-a"}, {"a": "leaf-b", "b": "spine-a"}, {"a": "leaf-b", "b": "spine-b"}])
@@ -352,6 +359,12 @@ CASES: list[tuple[str, Callable[[dict], None], str, str]] = [
      "partitions.kubernetes.release_url", "has a query or fragment"),
     ("release-url-not-http", _set("partitions.kubernetes.release_url", "ftp://mirror.example.com/k8s"),
      "partitions.kubernetes.release_url", "is not an http(s) URL with a host"),
+    # one etcd member per control-plane node: an odd count, at most 7
+    ("two-control-plane-nodes", _ha_control_plane(2), "partitions.kubernetes.control_plane",
+     ("2 control-plane nodes make 2 etcd members: an even count tolerates no more failures than one node fewer; "
+      "name 1, 3, 5 or 7 nodes")),
+    ("nine-control-plane-nodes", _ha_control_plane(9), "partitions.kubernetes.control_plane",
+     "etcd recommends at most 7 members"),
     *NAME_CLASHES,
 ]
 

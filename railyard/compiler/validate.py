@@ -201,6 +201,7 @@ def _kubernetes(cluster: Cluster, nodes: list[Node], fabric: Fabric | None, prob
         _installable(versions.kubernetes, builds.kubernetes_minor(), "kubernetes", "Kubernetes", problems, lab=True)
 
     _pod_network(cluster, sum("k8s_worker" in n.roles for n in nodes), problems)
+    _control_plane_size(sum("k8s_control_plane" in n.roles for n in nodes), problems)
 
     kueue = k8s.kueue
     cohorts = {c.name for c in kueue.cohorts}
@@ -294,6 +295,20 @@ def _pod_network(cluster: Cluster, workers: int, problems: list[Problem]) -> Non
             if a.overlaps(b):
                 problems.append(Problem(f"{path}.{name}", f"{a} overlaps {other} ({b}): a packet to an address "
                                         "in both could not be routed; pick ranges that do not overlap"))
+
+
+def _control_plane_size(count: int, problems: list[Problem]) -> None:
+    """Each control-plane node runs one etcd member. An even count buys nothing (2 members
+    stop on either one's failure, 4 tolerate one failure as 3 do, with more to replicate),
+    and etcd's own guidance stops at 7: more members make every write slower."""
+    if count > 1 and (count % 2 == 0 or count > 7):
+        problems.append(Problem(
+            "partitions.kubernetes.control_plane",
+            f"{count} control-plane nodes make {count} etcd members: "
+            + ("an even count tolerates no more failures than one node fewer" if count % 2 == 0
+               else "etcd recommends at most 7 members, each write waits for a majority")
+            + "; name 1, 3, 5 or 7 nodes (3 tolerate one node down)",
+        ))
 
 
 def _agents(cluster: Cluster, nodes: list[Node], problems: list[Problem]) -> None:
