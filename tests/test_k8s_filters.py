@@ -108,6 +108,42 @@ def test_kwok_rbac_binds_upstreams_role_to_the_group():
 
 
 
+def test_the_pki_seed_is_the_first_node_holding_a_ca_else_the_first_node():
+    """A replaced first node gets the CA the others hold: it is never the seed while
+    another node has one."""
+    hosts = ["kcp1", "kcp2", "kcp3"]
+    assert cp.k8s_pki_seed([], hosts) == "kcp1"
+    assert cp.k8s_pki_seed(["kcp3", "kcp2"], hosts) == "kcp2"
+    assert cp.k8s_pki_seed(["kcp1", "kcp3"], hosts) == "kcp1"
+    assert cp.k8s_pki_seed(["elsewhere"], hosts) == "kcp1"
+    with pytest.raises(ValueError, match="no control-plane nodes"):
+        cp.k8s_pki_seed([], [])
+
+
+def test_etcd_initial_cluster_names_every_member_with_its_tls_peer_url():
+    got = cp.k8s_etcd_initial_cluster(["kcp1", "kcp2", "kcp3"], ["10.0.0.1", "10.0.0.2", "10.0.0.3"])
+    assert got == "kcp1=https://10.0.0.1:2380,kcp2=https://10.0.0.2:2380,kcp3=https://10.0.0.3:2380"
+    with pytest.raises(ValueError, match="3 members but 2 addresses"):
+        cp.k8s_etcd_initial_cluster(["kcp1", "kcp2", "kcp3"], ["10.0.0.1", "10.0.0.2"])
+
+
+def test_addresses_come_from_the_plan_then_the_connection_then_the_name():
+    hostvars = {"a": {"railyard_address": "10.0.0.1", "ansible_host": "x"}, "b": {"ansible_host": "10.0.0.2"}, "c": {}}
+    assert cp.k8s_addresses(["a", "b", "c", "d"], hostvars) == ["10.0.0.1", "10.0.0.2", "c", "d"]
+
+
+def test_a_certificate_is_a_root_client_certificate_of_the_cluster_ca_unless_it_says_otherwise():
+    got = cp.k8s_cert_defaults({"name": "admin", "cn": "kubernetes-admin"}, "/etc/kubernetes/pki")
+    assert got == {"name": "admin", "cn": "kubernetes-admin", "o": "", "eku": ["clientAuth"], "sans": [], "ca": "ca",
+                   "dir": "/etc/kubernetes/pki", "owner": "root"}
+    peer = cp.k8s_cert_defaults({"name": "peer", "cn": "kcp1", "ca": "etcd/ca", "owner": "etcd", "dir": "/etc/etcd/pki",
+                                 "eku": ["serverAuth", "clientAuth"]}, "/etc/kubernetes/pki")
+    assert (peer["ca"], peer["owner"], peer["dir"], peer["eku"]) == ("etcd/ca", "etcd", "/etc/etcd/pki",
+                                                                    ["serverAuth", "clientAuth"])
+    with pytest.raises(ValueError, match="needs a name and a cn"):
+        cp.k8s_cert_defaults({"name": "x"}, "/p")
+
+
 def test_kubelet_client_binding_names_one_user_and_the_role():
     out = cp.k8s_user_cluster_role_binding("kube-apiserver-kubelet-client", "system:kubelet-api-admin",
                                            "railyard:kube-apiserver-kubelet-client")
@@ -176,7 +212,7 @@ def test_webhooks_call_the_manager_by_url_for_the_enabled_frameworks_only():
 
 def test_kueue_rbac_binds_the_renamed_manager_role_to_its_user():
     role = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: manager-role}\nrules: []\n"
-    ns, cr, crb = kueue.kueue_rbac(role, "railyard:kueue", "kueue-system")
+    ns, cr, crb, _election, _binding = kueue.kueue_rbac(role, "railyard:kueue", "kueue-system")
     assert ns == {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kueue-system"}}
     assert cr["metadata"] == {"name": "kueue-manager-role"}
     assert crb["roleRef"]["name"] == "kueue-manager-role"
@@ -190,13 +226,26 @@ def test_kueue_rbac_moves_the_secrets_role_into_the_managers_namespace():
     roles = ("apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: manager-role}\nrules: []\n"
              "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n"
              "metadata: {name: manager-secrets-role, namespace: system}\nrules: [{resources: [secrets]}]\n")
-    _ns, _cr, _crb, role, binding = kueue.kueue_rbac(roles, "railyard:kueue", "kueue-system")
+    _ns, _cr, _crb, role, binding, _election, _ebinding = kueue.kueue_rbac(roles, "railyard:kueue", "kueue-system")
     assert role["metadata"] == {"name": "kueue-manager-secrets-role", "namespace": "kueue-system"}
     assert role["rules"] == [{"resources": ["secrets"]}]
     assert binding["kind"] == "RoleBinding" and binding["metadata"]["namespace"] == "kueue-system"
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                   "name": "kueue-manager-secrets-role"}
     assert binding["subjects"][0]["name"] == "railyard:kueue"
+
+
+def test_kueue_rbac_lets_the_managers_elect_a_leader_in_their_namespace():
+    """One manager per control-plane node: without a Role on Leases in its namespace the
+    manager cannot take the Lease and never starts its controllers."""
+    role = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: manager-role}\nrules: []\n"
+    *_, election, binding = kueue.kueue_rbac(role, "railyard:kueue", "kueue-system")
+    assert election["kind"] == "Role" and election["metadata"]["namespace"] == "kueue-system"
+    leases = [r for r in election["rules"] if r["resources"] == ["leases"]]
+    assert leases and leases[0]["apiGroups"] == ["coordination.k8s.io"]
+    assert {"get", "create", "update"} <= set(leases[0]["verbs"])
+    assert binding["roleRef"]["name"] == election["metadata"]["name"]
+    assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "railyard:kueue"}]
 
 
 VOLCANO_DAEMONS = [{"name": "vc-scheduler", "cn": "railyard:volcano-scheduler", "cluster_role": "volcano-scheduler"},

@@ -42,8 +42,10 @@ def kueue_webhooks_by_url(
 
 
 def kueue_rbac(role_yaml: str, user: str, namespace: str, name: str = "kueue-manager-role") -> list[dict[str, Any]]:
-    """The manager's namespace, its upstream ClusterRole (renamed as kustomize names it)
-    and, if *role_yaml* has one, its upstream Role for Secrets (moved into *namespace*),
+    """The manager's namespace, its upstream ClusterRole (renamed as kustomize names it),
+    if *role_yaml* has one its upstream Role for Secrets (moved into *namespace*), and the
+    Role its leader election needs in *namespace* (upstream keeps that one in
+    config/components/rbac/leader_election_role.yaml, which the build does not extract):
     each bound to the manager's client-certificate user."""
     docs = [d for d in yaml.safe_load_all(role_yaml) if d]
     subjects = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
@@ -63,6 +65,25 @@ def kueue_rbac(role_yaml: str, user: str, namespace: str, name: str = "kueue-man
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": new_name},
             "subjects": subjects,
         })
+    election = "kueue-leader-election-role"
+    meta = {"namespace": namespace}
+    out.append({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": election, **meta},
+        "rules": [
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+             "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+            {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+        ],
+    })
+    out.append({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": election + "-binding", **meta},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": election},
+        "subjects": subjects,
+    })
     return out
 
 
