@@ -625,8 +625,22 @@ def spec_secrets(plan: Plan) -> dict[str, str]:
 
 
 KUBECTL = ["kubectl", "--kubeconfig", "/etc/kubernetes/admin.conf"]  # as roles/k8s_control_plane writes it
-# etcd's client URL as roles/k8s_control_plane/templates/etcd.default.j2 advertises it.
-ETCD_ENDPOINT = "http://127.0.0.1:2379"
+# etcd on each control-plane node as roles/k8s_control_plane configures it (kubeadm's
+# layout): TLS with client-cert-auth on loopback and the node's address, certificates
+# from an etcd CA apart from the cluster CA; the probe presents the health check client
+# certificate (CN kube-etcd-healthcheck-client, key readable by root only) that the role
+# writes for it. The probe asks the local member, which lists all of them.
+ETCD_ENDPOINT = "https://127.0.0.1:2379"
+ETCD_CA = "/etc/kubernetes/pki/etcd/ca.crt"
+ETCD_CLIENT_CERT = "/etc/kubernetes/pki/etcd/healthcheck-client.crt"
+ETCD_CLIENT_KEY = "/etc/kubernetes/pki/etcd/healthcheck-client.key"
+
+
+def etcd_probe() -> list[str]:
+    """The etcd probe as it runs on a control-plane node, with the role's files."""
+    from railyard.drift.kubernetes import etcd_probe_argv
+
+    return etcd_probe_argv(ETCD_ENDPOINT, ETCD_CA, ETCD_CLIENT_CERT, ETCD_CLIENT_KEY)
 
 
 def _no_kubectl(res: Result) -> bool:
@@ -648,18 +662,13 @@ def collect_kubernetes(plan: Plan, runner: Runner, timeouts: Timeouts = Timeouts
     """Nodes, the plan's Kueue/Volcano objects and etcd's members, as the control plane
     answers them, and the runtimes recorded when ``railyard up`` last finished."""
     from railyard.drift import applied
-    from railyard.drift.kubernetes import (
-        dns_from_deployment,
-        etcd_probe_argv,
-        kinds_of,
-        observation,
-    )
+    from railyard.drift.kubernetes import dns_from_deployment, kinds_of, observation
 
     k = plan.kubernetes
     assert k is not None
     host = k.control_plane[0]
     kinds = kinds_of([*k.kueue, *k.volcano])
-    commands = {"nodes": [*KUBECTL, "get", "nodes", "-o", "json"], "etcd": etcd_probe_argv(ETCD_ENDPOINT),
+    commands = {"nodes": [*KUBECTL, "get", "nodes", "-o", "json"], "etcd": etcd_probe(),
                 "dns": [*KUBECTL, "-n", "kube-system", "get", "deployment", "coredns", "--ignore-not-found", "-o", "json"]}
     if kinds:
         commands["objects"] = [*KUBECTL, "get", ",".join(kinds), "-A", "-o", "json"]

@@ -121,19 +121,54 @@ def dns_from_deployment(text: str) -> DnsObservation:
 # Debian ships etcdctl in etcd-client, which the role does not install, and the JSON
 # gateway etcd serves on its client URL (/v3/cluster/member/list, the call etcdctl's
 # `member list` makes over gRPC; /health per member) is the same on 3.4, 3.5 and 3.6.
-# argv[1] is the client URL to ask. Prints one JSON object: {"endpoint", "list": the
-# member list answer, "health": {member ID: that member's /health answer or {"error"}}},
-# or {"endpoint", "error"} when etcd does not answer. Plain HTTP: the role's etcd listens
-# on loopback without TLS (roles/k8s_control_plane/templates/etcd.default.j2).
+# Only the stdlib: a Debian 13 node has python3 and nothing more.
+#
+# argv: the client URL to ask, then the etcd CA, the client certificate and its key
+# (railyard.drift.collect names the files roles/k8s_control_plane writes). etcd asks
+# for a client certificate signed by its CA (client-cert-auth), and its own certificate
+# is signed by that CA, not the cluster's: one TLS context checks the server against
+# the CA and presents the client certificate, for the member list and for each member's
+# /health on its advertised client URLs. The files are read on the first https call
+# only, so a plain-HTTP etcd (the test apiserver's) needs none of them.
+#
+# Prints one JSON object: {"endpoint", "list": the member list answer, "health":
+# {member ID: that member's /health answer or {"error"}}}, or {"endpoint", "error"} when
+# etcd does not answer; an error is one line that says what failed (a file that cannot
+# be read, the TLS handshake and which side refused it, a connection refused).
 ETCD_PROBE = r"""
-import json, sys, urllib.error, urllib.request
-ep = sys.argv[1].rstrip("/")
-open_ = urllib.request.build_opener(urllib.request.ProxyHandler({})).open
+import json, os, ssl, sys, urllib.error, urllib.request
+ep, ca, cert, key = (sys.argv[1:] + ["", "", ""])[:4]
+ep = ep.rstrip("/")
+class Failed(Exception):
+    pass
+openers = {}
+def tls():
+    for what, path in (("etcd CA", ca), ("client certificate", cert), ("client key", key)):
+        if not path:
+            raise Failed("no %s given to the probe" % what)
+        if not os.access(path, os.R_OK):
+            raise Failed("cannot read the %s %s (%s)" % (what, path, "missing" if not os.path.exists(path)
+                                                           else "permission denied"))
+    try:
+        ctx = ssl.create_default_context(cafile=ca)
+    except (ssl.SSLError, ValueError) as e:
+        raise Failed("the etcd CA %s is no PEM certificate: %s" % (ca, e))
+    try:
+        ctx.load_cert_chain(cert, key)
+    except (ssl.SSLError, ValueError) as e:
+        raise Failed("the client certificate %s and key %s do not load: %s" % (cert, key, e))
+    return urllib.request.HTTPSHandler(context=ctx)
+def opener(url):
+    scheme = "https" if url.startswith("https:") else "http"
+    if scheme not in openers:
+        handlers = [urllib.request.ProxyHandler({})] + ([tls()] if scheme == "https" else [])
+        openers[scheme] = urllib.request.build_opener(*handlers).open
+    return openers[scheme]
 def call(url, body=None, timeout=5.0):
     req = urllib.request.Request(url, data=None if body is None else json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
     try:
-        with open_(req, timeout=timeout) as r:
+        with opener(url)(req, timeout=timeout) as r:
             return json.loads(r.read().decode())
     except urllib.error.HTTPError as e:
         text = e.read().decode(errors="replace")
@@ -142,7 +177,19 @@ def call(url, body=None, timeout=5.0):
         except ValueError:
             return {"error": "HTTP %d %s" % (e.code, text.strip()[:200])}
 def why(e):
-    return str(getattr(e, "reason", "") or e)
+    e = getattr(e, "reason", None) if isinstance(e, urllib.error.URLError) else e
+    e = e if e is not None else "no reason given"
+    if isinstance(e, ssl.SSLCertVerificationError):
+        return "TLS: the server's certificate does not verify against the etcd CA %s (%s)" % (
+            ca, e.verify_message or e.reason)
+    if isinstance(e, ssl.SSLError):
+        text = str(e.reason or e).lower().replace("_", " ")
+        if any(w in text for w in ("certificate required", "bad certificate", "unknown ca", "certificate unknown")):
+            return "TLS: etcd refused the client certificate %s (%s)" % (cert, e.reason or e)
+        return "TLS: %s" % (e.reason or e)
+    if isinstance(e, (ConnectionResetError, BrokenPipeError)) or type(e).__name__ == "RemoteDisconnected":
+        return "the connection was closed during the call (%s): a TLS listener that refused the client?" % e
+    return str(e)
 out = {"endpoint": ep}
 try:
     out["list"] = call(ep + "/v3/cluster/member/list", {})
@@ -162,8 +209,10 @@ print(json.dumps(out))
 """
 
 
-def etcd_probe_argv(endpoint: str) -> list[str]:
-    return ["python3", "-c", ETCD_PROBE, endpoint]
+def etcd_probe_argv(endpoint: str, ca: str, cert: str, key: str) -> list[str]:
+    """:data:`ETCD_PROBE` asking *endpoint*, with the etcd CA and the client certificate
+    and key to use for https URLs (paths on the node the probe runs on)."""
+    return ["python3", "-c", ETCD_PROBE, endpoint, ca, cert, key]
 
 
 def _member(raw: Mapping[str, Any], health: Mapping[str, Any]) -> EtcdMember:

@@ -120,7 +120,7 @@ def coredns(replicas: int, available: int | None) -> Result:
 
 def kubectl_answers(plan, labels=None, etcd: Result | Exception = ETCD_CLEAN, dns: Result | None = None) -> dict:
     """What kcp1's kubectl and etcd return for a cluster that is exactly the plan."""
-    from railyard.drift.kubernetes import etcd_probe_argv, kinds_of
+    from railyard.drift.kubernetes import kinds_of
 
     k = plan.kubernetes
     nodes = {"items": [{"metadata": {"name": n, "labels": dict((labels or k.labels)[n])},
@@ -132,7 +132,7 @@ def kubectl_answers(plan, labels=None, etcd: Result | Exception = ETCD_CLEAN, dn
     return {(get[0], (*get[1], "nodes", "-o", "json")): Result(0, json.dumps(nodes), ""),
             (get[0], (*get[1], ",".join(kinds_of(objects["items"])), "-A", "-o", "json")):
                 Result(0, json.dumps(objects), ""),
-            ("kcp1", tuple(etcd_probe_argv("http://127.0.0.1:2379"))): etcd,
+            ("kcp1", tuple(C.etcd_probe())): etcd,
             DNS_ARGV: dns or coredns(2, 2)}
 
 
