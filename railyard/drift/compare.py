@@ -730,13 +730,27 @@ def _etcd_checks(plan: Plan, etcd: EtcdObservation, fix: _Fix) -> tuple[list[Fin
     return out, []
 
 
+def _control_plane_note(obs: KubernetesObservation) -> list[str]:
+    """Which control-plane node answered, when one before it in the spec did not. A note,
+    not a finding: the cluster answered, and a node that does not answer is the nodes
+    layer's finding (unreachable), which says more about it than this layer can."""
+    if not obs.unanswered:
+        return []
+    missed = ", ".join(f"{u.host} ({u.reason})" for u in obs.unanswered)
+    nodes = "node" if len(obs.unanswered) == 1 else "nodes"
+    return [f"kubernetes: read through {obs.host}: control-plane {nodes} {missed} did not answer"]
+
+
 def compare_kubernetes(plan: Plan, obs: KubernetesObservation,
                        fix: _Fix) -> tuple[list[Finding], list[CheckError], list[str]]:
     """Findings, check errors (an observation that cannot be read) and notes (what is
     not compared, and why)."""
     k = plan.kubernetes
-    if k is None or not obs.deployed:
+    if k is None:
         return [], [], []
+    asked = _control_plane_note(obs)
+    if not obs.deployed:
+        return [], [], asked
     out: list[Finding] = []
     # Workers must be registered; a control-plane node may be (kubeadm runs a kubelet
     # there, roles/k8s_control_plane does not).
@@ -790,7 +804,7 @@ def compare_kubernetes(plan: Plan, obs: KubernetesObservation,
     dns_findings, dns_notes = _dns_checks(plan, obs, fix)
     out += dns_findings
     findings, errors, notes = _version_checks(plan, obs, fix)
-    notes = dns_notes + notes
+    notes = asked + dns_notes + notes
     out += findings
     if obs.etcd is not None:
         f, e = _etcd_checks(plan, obs.etcd, fix)

@@ -2,7 +2,7 @@
 
 The collector (railyard.drift.collect.collect_kubernetes) runs ``kubectl get nodes -o
 json`` and one ``kubectl get <kinds> -A -o json`` for the kinds the plan has
-(:func:`kinds_of`) on the control-plane node, with the admin kubeconfig the
+(:func:`kinds_of`) on the first control-plane node that answers, with the admin kubeconfig the
 k8s_control_plane role writes, and :data:`ETCD_PROBE` there; these functions turn the
 answers into a :class:`KubernetesObservation` for compare.
 """

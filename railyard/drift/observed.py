@@ -255,6 +255,8 @@ class KubernetesObservation:
     versions: Mapping[str, NodeVersions] = field(default_factory=dict)  # node -> .status.nodeInfo
     etcd: EtcdObservation | None = None  # None: not asked
     dns: DnsObservation | None = None  # None: not asked
+    host: str = ""  # the control-plane node that answered all of the above
+    unanswered: tuple[Unreachable, ...] = ()  # the control-plane nodes asked before it, which did not answer
     # node -> containerRuntimeVersion when `railyard up` last finished (railyard.drift.applied);
     # None with ``applied_record`` set: no record there; ``applied_record`` "": not looked for.
     applied_runtimes: Mapping[str, str] | None = None
