@@ -685,10 +685,13 @@ def _etcd_checks(plan: Plan, etcd: EtcdObservation, fix: _Fix) -> tuple[list[Fin
     if etcd.unreadable:
         return [], [CheckError("kubernetes", host, f"{host}: etcd's members not checked: {etcd.unreadable}")]
     if etcd.failure:
+        todo = (f"the etcd CA and the health check client certificate on {host} are the ones roles/k8s_control_plane "
+                f"writes (/etc/kubernetes/pki/etcd): {fix.up} writes them again; `journalctl -u etcd` on {host} says "
+                "what etcd refused" if etcd.tls else
+                f"`systemctl status etcd` and `journalctl -u etcd` on {host}; start it, or {fix.up}")
         return [Finding("kubernetes", host, "etcd_down",
                         f"{host}: etcd does not answer on {etcd.endpoint or 'its client URL'} ({etcd.failure})",
-                        f"`systemctl status etcd` and `journalctl -u etcd` on {host}; start it, or {fix.up}",
-                        "etcd answering", etcd.failure)], []
+                        todo, "etcd answering", etcd.failure)], []
     out: list[Finding] = []
     named = {m.name: m for m in etcd.members if m.name}
     listed = ", ".join(sorted(m.name or f"{_member_id(m)} (unstarted)" for m in etcd.members)) or "none"

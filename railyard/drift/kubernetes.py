@@ -2,9 +2,9 @@
 
 The collector (railyard.drift.collect.collect_kubernetes) runs ``kubectl get nodes -o
 json`` and one ``kubectl get <kinds> -A -o json`` for the kinds the plan has
-(:func:`kinds_of`) on the first control-plane node that answers, with the admin kubeconfig the
-k8s_control_plane role writes, and :data:`ETCD_PROBE` there; these functions turn the
-answers into a :class:`KubernetesObservation` for compare.
+(:func:`kinds_of`) on the first control-plane node that answers, with the admin
+kubeconfig the k8s_control_plane role writes, and :data:`ETCD_PROBE` there; these
+functions turn the answers into a :class:`KubernetesObservation` for compare.
 """
 
 from __future__ import annotations
@@ -134,7 +134,9 @@ def dns_from_deployment(text: str) -> DnsObservation:
 # Prints one JSON object: {"endpoint", "list": the member list answer, "health":
 # {member ID: that member's /health answer or {"error"}}}, or {"endpoint", "error"} when
 # etcd does not answer; an error is one line that says what failed (a file that cannot
-# be read, the TLS handshake and which side refused it, a connection refused).
+# be read, the TLS handshake and which side refused it, a connection refused), with
+# "tls": true when it failed on the probe's TLS files or the handshake, not on etcd
+# not listening.
 ETCD_PROBE = r"""
 import json, os, ssl, sys, urllib.error, urllib.request
 ep, ca, cert, key = (sys.argv[1:] + ["", "", ""])[:4]
@@ -176,25 +178,38 @@ def call(url, body=None, timeout=5.0):
             return json.loads(text)
         except ValueError:
             return {"error": "HTTP %d %s" % (e.code, text.strip()[:200])}
-def why(e):
+def cause(e):
     e = getattr(e, "reason", None) if isinstance(e, urllib.error.URLError) else e
-    e = e if e is not None else "no reason given"
+    return e if e is not None else "no reason given"
+def closed(e, url):
+    # TLS 1.3: the client's handshake is done before etcd checks its certificate, so a
+    # refusal may come as the alert, or, when etcd closes first, as an EOF or a reset
+    return url.startswith("https:") and (isinstance(e, (ssl.SSLEOFError, ConnectionResetError, BrokenPipeError))
+                                         or type(e).__name__ == "RemoteDisconnected")
+def why(e, url):
+    # -> (one line that says what failed, whether it failed on TLS)
+    e = cause(e)
+    if isinstance(e, Failed):
+        return str(e), True
     if isinstance(e, ssl.SSLCertVerificationError):
         return "TLS: the server's certificate does not verify against the etcd CA %s (%s)" % (
-            ca, e.verify_message or e.reason)
+            ca, e.verify_message or e.reason), True
+    if closed(e, url):
+        return ("TLS: etcd closed the connection without an answer (%s): does it refuse the client certificate %s?"
+                % (e or type(e).__name__, cert)), True
     if isinstance(e, ssl.SSLError):
         text = str(e.reason or e).lower().replace("_", " ")
         if any(w in text for w in ("certificate required", "bad certificate", "unknown ca", "certificate unknown")):
-            return "TLS: etcd refused the client certificate %s (%s)" % (cert, e.reason or e)
-        return "TLS: %s" % (e.reason or e)
-    if isinstance(e, (ConnectionResetError, BrokenPipeError)) or type(e).__name__ == "RemoteDisconnected":
-        return "the connection was closed during the call (%s): a TLS listener that refused the client?" % e
-    return str(e)
+            return "TLS: etcd refused the client certificate %s (%s)" % (cert, e.reason or e), True
+        return "TLS: %s" % (e.reason or e), True
+    return str(e), False
 out = {"endpoint": ep}
 try:
     out["list"] = call(ep + "/v3/cluster/member/list", {})
 except Exception as e:
-    out["error"] = why(e)
+    out["error"], tls_side = why(e, ep)
+    if tls_side:
+        out["tls"] = True
 else:
     health = {}
     for m in out["list"].get("members") or []:
@@ -203,7 +218,7 @@ else:
             try:
                 health[str(m.get("ID"))] = call(urls[0].rstrip("/") + "/health", timeout=3.0)
             except Exception as e:
-                health[str(m.get("ID"))] = {"error": why(e)}
+                health[str(m.get("ID"))] = {"error": why(e, urls[0])[0]}
     out["health"] = health
 print(json.dumps(out))
 """
@@ -245,7 +260,7 @@ def etcd_from_probe(host: str, stdout: str) -> EtcdObservation:
         return EtcdObservation(host, unreadable=f"the etcd probe printed {type(doc).__name__}, not an object")
     endpoint = str(doc.get("endpoint") or "")
     if "error" in doc:
-        return EtcdObservation(host, endpoint, failure=str(doc["error"]) or "no answer")
+        return EtcdObservation(host, endpoint, failure=str(doc["error"]) or "no answer", tls=doc.get("tls") is True)
     listed = doc.get("list")
     health = doc.get("health") if isinstance(doc.get("health"), Mapping) else {}
     if not isinstance(listed, Mapping):

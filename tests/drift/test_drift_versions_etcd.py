@@ -250,11 +250,25 @@ def test_etcd_down_is_drift_and_an_unreadable_probe_an_error(lab_plan):
     [f] = down.findings
     assert (f.subject, f.kind, f.observed) == ("kcp1", "etcd_down", "[Errno 111] Connection refused")
     assert f.message == "kcp1: etcd does not answer on http://127.0.0.1:57919 ([Errno 111] Connection refused)"
+    assert f.fix == f"`systemctl status etcd` and `journalctl -u etcd` on kcp1; start it, or {UP}"
     assert down.exit_code == exitcodes.DRIFT
     bad = dataclasses.replace(lab_obs(), etcd=EtcdObservation("kcp1", unreadable="the etcd probe printed no JSON: ''"))
     report = compare(lab_plan, Observed(kubernetes=bad))
     assert report.findings == ()
     assert [e.message for e in report.errors] == ["kcp1: etcd's members not checked: the etcd probe printed no JSON: ''"]
+
+
+def test_etcd_refusing_the_probe_on_tls_points_at_the_certificates(lab_plan):
+    """A handshake etcd refuses, or certificate files the probe cannot read, is still
+    etcd_down (the plan's etcd does not answer drift), but the fix is the role's files."""
+    said = "cannot read the client key /etc/kubernetes/pki/etcd/healthcheck-client.key (permission denied)"
+    got = etcd_from_probe("kcp1", json.dumps({"endpoint": "https://127.0.0.1:2379", "error": said, "tls": True}))
+    assert (got.failure, got.tls) == (said, True)
+    [f] = compare(lab_plan, Observed(kubernetes=dataclasses.replace(lab_obs(), etcd=got))).findings
+    assert (f.kind, f.message) == ("etcd_down", f"kcp1: etcd does not answer on https://127.0.0.1:2379 ({said})")
+    assert f.fix == ("the etcd CA and the health check client certificate on kcp1 are the ones roles/k8s_control_plane "
+                     f"writes (/etc/kubernetes/pki/etcd): {UP} writes them again; `journalctl -u etcd` on kcp1 says "
+                     "what etcd refused")
 
 
 def test_a_fixture_node_list_reads_both_versions():
