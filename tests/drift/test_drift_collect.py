@@ -192,7 +192,7 @@ def test_kubernetes_without_a_record_of_the_last_up_notes_it(lab_plan, tmp_path)
 
 @pytest.mark.parametrize(("answer", "kind", "text"), [
     (Result(0, (FIX / "kubernetes" / "etcd_refused.json").read_text(), ""), "finding",
-     "kcp1: etcd does not answer on http://127.0.0.1:"),
+     "kcp1: etcd does not answer on https://127.0.0.1:"),
     (Result(127, "", "sh: 1: python3: not found\n"), "error",
      "kcp1: etcd's members not checked: the etcd probe exited 127: sh: 1: python3: not found"),
     (Result(0, "Traceback (most recent call last):\n", ""), "error",
