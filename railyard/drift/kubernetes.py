@@ -155,6 +155,9 @@ def tls():
         ctx = ssl.create_default_context(cafile=ca)
     except (ssl.SSLError, ValueError) as e:
         raise Failed("the etcd CA %s is no PEM certificate: %s" % (ca, e))
+    # python3.13 (Debian 13's) checks certificates strictly (RFC 5280: key identifiers,
+    # critical basic constraints); ask for it everywhere, so older ones judge alike
+    ctx.verify_flags |= ssl.VERIFY_X509_STRICT
     try:
         ctx.load_cert_chain(cert, key)
     except (ssl.SSLError, ValueError) as e:

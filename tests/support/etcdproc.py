@@ -9,7 +9,9 @@ of them, by pid.
 
 The certificates (:func:`make_pki`) are made with ``cryptography``: an etcd CA, per
 member a server certificate and a peer certificate for IP:127.0.0.1, and the health
-check client certificate (CN kube-etcd-healthcheck-client) drift's probe presents.
+check client certificate (CN kube-etcd-healthcheck-client) drift's probe presents. They
+carry key identifiers (RFC 5280) as kubeadm's do: the probe verifies strictly, as
+python3.13 does by default, and refuses a chain without them.
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ class Ca(KeyPair):
                                     (ExtendedKeyUsageOID.CLIENT_AUTH, client)) if want]
         key = ec.generate_private_key(ec.SECP256R1())
         builder = (_builder(cn, key, ca_cert.subject)
+                   .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+                                  critical=False)
                    .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
                    .add_extension(x509.KeyUsage(True, False, True, False, False, False, False, False, False), critical=True)
                    .add_extension(x509.ExtendedKeyUsage(usages), critical=False))
@@ -72,7 +76,8 @@ def _builder(cn: str, key: ec.EllipticCurvePrivateKey, issuer: x509.Name) -> x50
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1)))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False))
 
 
 def _write(path: Path, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey) -> KeyPair:
