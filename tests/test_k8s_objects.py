@@ -208,7 +208,9 @@ def test_drift_reads_node_versions_and_the_apiservers_etcd(api, lab_plan):
         k8slab.kubectl(api, "apply", "--server-side", "--field-manager=test", "--force-conflicts",
                        "--subresource=status", "-f", "-", input=json.dumps(doc), check=True)
 
-    probe = subprocess.run(etcd_probe_argv(api.etcd_url), capture_output=True, text=True, check=True, timeout=60)
+    # this apiserver's etcd is plain HTTP (tests/support/k8sapi): the probe reads no TLS files for it
+    probe = subprocess.run(etcd_probe_argv(api.etcd_url, "", "", ""), capture_output=True, text=True, check=True,
+                           timeout=60)
     etcd = etcd_from_probe("kcp1", probe.stdout)
     assert [(m.name, m.client_urls, m.healthy) for m in etcd.members] == [("lab", (api.etcd_url,), True)]
 

@@ -11,8 +11,9 @@ exec`` for lab containers and ssh for the rest; a test passes a recorded one.
 * nodes: each node's driver ``observe()`` (railyard.drivers), then one ``systemctl show``
   for the units the plan's roles keep running or enabled (:func:`expected_units`);
 * kubernetes: ``kubectl get`` of the Nodes and of the plan's Kueue/Volcano kinds, and
-  etcd's member list, on the control-plane node (railyard.drift.kubernetes), and the
-  runtime versions recorded at the last ``railyard up`` (railyard.drift.applied).
+  etcd's member list, on the first control-plane node that answers, in plan order
+  (railyard.drift.kubernetes), and the runtime versions recorded at the last ``railyard
+  up`` (railyard.drift.applied).
 """
 
 from __future__ import annotations
@@ -625,8 +626,37 @@ def spec_secrets(plan: Plan) -> dict[str, str]:
 
 
 KUBECTL = ["kubectl", "--kubeconfig", "/etc/kubernetes/admin.conf"]  # as roles/k8s_control_plane writes it
-# etcd's client URL as roles/k8s_control_plane/templates/etcd.default.j2 advertises it.
-ETCD_ENDPOINT = "http://127.0.0.1:2379"
+# etcd on each control-plane node as roles/k8s_control_plane configures it (kubeadm's
+# layout): TLS with client-cert-auth on loopback and the node's address, certificates
+# from an etcd CA apart from the cluster CA; the probe presents the health check client
+# certificate (CN kube-etcd-healthcheck-client, key readable by root only) that the role
+# writes for it. The probe asks the local member, which lists all of them.
+ETCD_ENDPOINT = "https://127.0.0.1:2379"
+ETCD_CA = "/etc/kubernetes/pki/etcd/ca.crt"
+ETCD_CLIENT_CERT = "/etc/kubernetes/pki/etcd/healthcheck-client.crt"
+ETCD_CLIENT_KEY = "/etc/kubernetes/pki/etcd/healthcheck-client.key"
+
+
+def etcd_probe() -> list[str]:
+    """The etcd probe as it runs on a control-plane node, with the role's files."""
+    from railyard.drift.kubernetes import etcd_probe_argv
+
+    return etcd_probe_argv(ETCD_ENDPOINT, ETCD_CA, ETCD_CLIENT_CERT, ETCD_CLIENT_KEY)
+
+
+def first_answering(hosts: Sequence[str], ask: Callable[[str], Any]) -> tuple[str, Any, tuple[Unreachable, ...]]:
+    """``ask(host)`` on each host in order until one answers: (that host, its answer, the
+    hosts before it that did not). Any control-plane node can answer for the cluster, so
+    one that is down must not hide the others; raises HostUnreachable naming every host
+    tried, and why, when none does."""
+    missed: list[Unreachable] = []
+    for host in hosts:
+        try:
+            return host, ask(host), tuple(missed)
+        except HostUnreachable as exc:
+            missed.append(Unreachable(host, str(exc)))
+    tried = "; ".join(f"{u.host}: {u.reason}" for u in missed) or "none in the spec"
+    raise HostUnreachable(f"no control-plane node answers ({tried})")
 
 
 def _no_kubectl(res: Result) -> bool:
@@ -645,32 +675,32 @@ def _etcd(host: str, res: Result) -> EtcdObservation:
 
 def collect_kubernetes(plan: Plan, runner: Runner, timeouts: Timeouts = Timeouts(), *,
                        root: Path = ROOT) -> KubernetesObservation:
-    """Nodes, the plan's Kueue/Volcano objects and etcd's members, as the control plane
-    answers them, and the runtimes recorded when ``railyard up`` last finished."""
+    """Nodes, the plan's Kueue/Volcano objects and etcd's members, as the first
+    control-plane node that answers sees them (the observation names it, and those that
+    did not answer before it), and the runtimes recorded when ``railyard up`` last finished."""
     from railyard.drift import applied
-    from railyard.drift.kubernetes import (
-        dns_from_deployment,
-        etcd_probe_argv,
-        kinds_of,
-        observation,
-    )
+    from railyard.drift.kubernetes import dns_from_deployment, kinds_of, observation
 
     k = plan.kubernetes
     assert k is not None
-    host = k.control_plane[0]
     kinds = kinds_of([*k.kueue, *k.volcano])
-    commands = {"nodes": [*KUBECTL, "get", "nodes", "-o", "json"], "etcd": etcd_probe_argv(ETCD_ENDPOINT),
+    commands = {"nodes": [*KUBECTL, "get", "nodes", "-o", "json"], "etcd": etcd_probe(),
                 "dns": [*KUBECTL, "-n", "kube-system", "get", "deployment", "coredns", "--ignore-not-found", "-o", "json"]}
     if kinds:
         commands["objects"] = [*KUBECTL, "get", ",".join(kinds), "-A", "-o", "json"]
-    with ThreadPoolExecutor(max_workers=len(commands)) as pool:
-        futures = {name: pool.submit(runner.run, host, argv, timeouts.command) for name, argv in commands.items()}
-        results = {name: fut.result() for name, fut in futures.items()}  # HostUnreachable -> a check error
+
+    def ask(host: str) -> dict[str, Result]:
+        with ThreadPoolExecutor(max_workers=len(commands)) as pool:
+            futures = {name: pool.submit(runner.run, host, argv, timeouts.command) for name, argv in commands.items()}
+            return {name: fut.result() for name, fut in futures.items()}
+
+    # no control-plane node answers: HostUnreachable, a check error naming each
+    host, results, missed = first_answering(k.control_plane, ask)
     etcd = _etcd(host, results.pop("etcd"))
     for name, res in results.items():
         if _no_kubectl(res):
             return KubernetesObservation(deployed=False, reason=f"no kubectl on {host}: the k8s_control_plane "
-                                                                f"role has not run there")
+                                                                f"role has not run there", host=host, unanswered=missed)
         if res.rc != 0:
             said = f"; etcd there: {etcd.failure}" if etcd.failure else ""
             raise RuntimeError(f"`{' '.join(commands[name])}` on {host} failed (rc {res.rc}): "
@@ -688,7 +718,7 @@ def collect_kubernetes(plan: Plan, runner: Runner, timeouts: Timeouts = Timeouts
                                f"{res.stdout.strip()[:200]!r}") from None
     lists = [docs["objects"]] if "objects" in docs else []
     record = applied.record_path(root, plan.name)
-    return dataclasses.replace(observation(docs["nodes"], lists, etcd, dns),
+    return dataclasses.replace(observation(docs["nodes"], lists, etcd, dns), host=host, unanswered=missed,
                                applied_runtimes=applied.load(record), applied_record=str(record))
 
 
@@ -703,9 +733,10 @@ def record_applied(plan: Plan, runner: Runner | None = None, *, root: Path = ROO
     k = plan.kubernetes
     if k is None:
         return "no Kubernetes partition: no container runtimes to record"
-    host = k.control_plane[0]
+    run = (runner or PlanRunner(plan)).run
     try:
-        res = (runner or PlanRunner(plan)).run(host, [*KUBECTL, "get", "nodes", "-o", "json"], timeouts.command)
+        host, res, _ = first_answering(k.control_plane,
+                                       lambda h: run(h, [*KUBECTL, "get", "nodes", "-o", "json"], timeouts.command))
         if res.rc != 0:
             return f"container runtimes not recorded: kubectl on {host} exited {res.rc}: {res.stderr.strip()[-200:]}"
         seen = runtimes_from_nodes(json.loads(res.stdout))

@@ -685,10 +685,13 @@ def _etcd_checks(plan: Plan, etcd: EtcdObservation, fix: _Fix) -> tuple[list[Fin
     if etcd.unreadable:
         return [], [CheckError("kubernetes", host, f"{host}: etcd's members not checked: {etcd.unreadable}")]
     if etcd.failure:
+        todo = (f"the etcd CA and the health check client certificate on {host} are the ones roles/k8s_control_plane "
+                f"writes (/etc/kubernetes/pki/etcd): {fix.up} writes them again; `journalctl -u etcd` on {host} says "
+                "what etcd refused" if etcd.tls else
+                f"`systemctl status etcd` and `journalctl -u etcd` on {host}; start it, or {fix.up}")
         return [Finding("kubernetes", host, "etcd_down",
                         f"{host}: etcd does not answer on {etcd.endpoint or 'its client URL'} ({etcd.failure})",
-                        f"`systemctl status etcd` and `journalctl -u etcd` on {host}; start it, or {fix.up}",
-                        "etcd answering", etcd.failure)], []
+                        todo, "etcd answering", etcd.failure)], []
     out: list[Finding] = []
     named = {m.name: m for m in etcd.members if m.name}
     listed = ", ".join(sorted(m.name or f"{_member_id(m)} (unstarted)" for m in etcd.members)) or "none"
@@ -730,13 +733,27 @@ def _etcd_checks(plan: Plan, etcd: EtcdObservation, fix: _Fix) -> tuple[list[Fin
     return out, []
 
 
+def _control_plane_note(obs: KubernetesObservation) -> list[str]:
+    """Which control-plane node answered, when one before it in the spec did not. A note,
+    not a finding: the cluster answered, and a node that does not answer is the nodes
+    layer's finding (unreachable), which says more about it than this layer can."""
+    if not obs.unanswered:
+        return []
+    missed = ", ".join(f"{u.host} ({u.reason})" for u in obs.unanswered)
+    nodes = "node" if len(obs.unanswered) == 1 else "nodes"
+    return [f"kubernetes: read through {obs.host}: control-plane {nodes} {missed} did not answer"]
+
+
 def compare_kubernetes(plan: Plan, obs: KubernetesObservation,
                        fix: _Fix) -> tuple[list[Finding], list[CheckError], list[str]]:
     """Findings, check errors (an observation that cannot be read) and notes (what is
     not compared, and why)."""
     k = plan.kubernetes
-    if k is None or not obs.deployed:
+    if k is None:
         return [], [], []
+    asked = _control_plane_note(obs)
+    if not obs.deployed:
+        return [], [], asked
     out: list[Finding] = []
     # Workers must be registered; a control-plane node may be (kubeadm runs a kubelet
     # there, roles/k8s_control_plane does not).
@@ -790,7 +807,7 @@ def compare_kubernetes(plan: Plan, obs: KubernetesObservation,
     dns_findings, dns_notes = _dns_checks(plan, obs, fix)
     out += dns_findings
     findings, errors, notes = _version_checks(plan, obs, fix)
-    notes = dns_notes + notes
+    notes = asked + dns_notes + notes
     out += findings
     if obs.etcd is not None:
         f, e = _etcd_checks(plan, obs.etcd, fix)

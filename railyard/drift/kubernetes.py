@@ -2,9 +2,9 @@
 
 The collector (railyard.drift.collect.collect_kubernetes) runs ``kubectl get nodes -o
 json`` and one ``kubectl get <kinds> -A -o json`` for the kinds the plan has
-(:func:`kinds_of`) on the control-plane node, with the admin kubeconfig the
-k8s_control_plane role writes, and :data:`ETCD_PROBE` there; these functions turn the
-answers into a :class:`KubernetesObservation` for compare.
+(:func:`kinds_of`) on the first control-plane node that answers, with the admin
+kubeconfig the k8s_control_plane role writes, and :data:`ETCD_PROBE` there; these
+functions turn the answers into a :class:`KubernetesObservation` for compare.
 """
 
 from __future__ import annotations
@@ -121,19 +121,59 @@ def dns_from_deployment(text: str) -> DnsObservation:
 # Debian ships etcdctl in etcd-client, which the role does not install, and the JSON
 # gateway etcd serves on its client URL (/v3/cluster/member/list, the call etcdctl's
 # `member list` makes over gRPC; /health per member) is the same on 3.4, 3.5 and 3.6.
-# argv[1] is the client URL to ask. Prints one JSON object: {"endpoint", "list": the
-# member list answer, "health": {member ID: that member's /health answer or {"error"}}},
-# or {"endpoint", "error"} when etcd does not answer. Plain HTTP: the role's etcd listens
-# on loopback without TLS (roles/k8s_control_plane/templates/etcd.default.j2).
+# Only the stdlib: a Debian 13 node has python3 and nothing more.
+#
+# argv: the client URL to ask, then the etcd CA, the client certificate and its key
+# (railyard.drift.collect names the files roles/k8s_control_plane writes). etcd asks
+# for a client certificate signed by its CA (client-cert-auth), and its own certificate
+# is signed by that CA, not the cluster's: one TLS context checks the server against
+# the CA and presents the client certificate, for the member list and for each member's
+# /health on its advertised client URLs. The files are read on the first https call
+# only, so a plain-HTTP etcd (the test apiserver's) needs none of them.
+#
+# Prints one JSON object: {"endpoint", "list": the member list answer, "health":
+# {member ID: that member's /health answer or {"error"}}}, or {"endpoint", "error"} when
+# etcd does not answer; an error is one line that says what failed (a file that cannot
+# be read, the TLS handshake and which side refused it, a connection refused), with
+# "tls": true when it failed on the probe's TLS files or the handshake, not on etcd
+# not listening.
 ETCD_PROBE = r"""
-import json, sys, urllib.error, urllib.request
-ep = sys.argv[1].rstrip("/")
-open_ = urllib.request.build_opener(urllib.request.ProxyHandler({})).open
+import json, os, ssl, sys, urllib.error, urllib.request
+ep, ca, cert, key = (sys.argv[1:] + ["", "", ""])[:4]
+ep = ep.rstrip("/")
+class Failed(Exception):
+    pass
+openers = {}
+def tls():
+    for what, path in (("etcd CA", ca), ("client certificate", cert), ("client key", key)):
+        if not path:
+            raise Failed("no %s given to the probe" % what)
+        if not os.access(path, os.R_OK):
+            raise Failed("cannot read the %s %s (%s)" % (what, path, "missing" if not os.path.exists(path)
+                                                           else "permission denied"))
+    try:
+        ctx = ssl.create_default_context(cafile=ca)
+    except (ssl.SSLError, ValueError) as e:
+        raise Failed("the etcd CA %s is no PEM certificate: %s" % (ca, e))
+    # python3.13 (Debian 13's) checks certificates strictly (RFC 5280: key identifiers,
+    # critical basic constraints); ask for it everywhere, so older ones judge alike
+    ctx.verify_flags |= ssl.VERIFY_X509_STRICT
+    try:
+        ctx.load_cert_chain(cert, key)
+    except (ssl.SSLError, ValueError) as e:
+        raise Failed("the client certificate %s and key %s do not load: %s" % (cert, key, e))
+    return urllib.request.HTTPSHandler(context=ctx)
+def opener(url):
+    scheme = "https" if url.startswith("https:") else "http"
+    if scheme not in openers:
+        handlers = [urllib.request.ProxyHandler({})] + ([tls()] if scheme == "https" else [])
+        openers[scheme] = urllib.request.build_opener(*handlers).open
+    return openers[scheme]
 def call(url, body=None, timeout=5.0):
     req = urllib.request.Request(url, data=None if body is None else json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
     try:
-        with open_(req, timeout=timeout) as r:
+        with opener(url)(req, timeout=timeout) as r:
             return json.loads(r.read().decode())
     except urllib.error.HTTPError as e:
         text = e.read().decode(errors="replace")
@@ -141,13 +181,38 @@ def call(url, body=None, timeout=5.0):
             return json.loads(text)
         except ValueError:
             return {"error": "HTTP %d %s" % (e.code, text.strip()[:200])}
-def why(e):
-    return str(getattr(e, "reason", "") or e)
+def cause(e):
+    e = getattr(e, "reason", None) if isinstance(e, urllib.error.URLError) else e
+    return e if e is not None else "no reason given"
+def closed(e, url):
+    # TLS 1.3: the client's handshake is done before etcd checks its certificate, so a
+    # refusal may come as the alert, or, when etcd closes first, as an EOF or a reset
+    return url.startswith("https:") and (isinstance(e, (ssl.SSLEOFError, ConnectionResetError, BrokenPipeError))
+                                         or type(e).__name__ == "RemoteDisconnected")
+def why(e, url):
+    # -> (one line that says what failed, whether it failed on TLS)
+    e = cause(e)
+    if isinstance(e, Failed):
+        return str(e), True
+    if isinstance(e, ssl.SSLCertVerificationError):
+        return "TLS: the server's certificate does not verify against the etcd CA %s (%s)" % (
+            ca, e.verify_message or e.reason), True
+    if closed(e, url):
+        return ("TLS: etcd closed the connection without an answer (%s): does it refuse the client certificate %s?"
+                % (e or type(e).__name__, cert)), True
+    if isinstance(e, ssl.SSLError):
+        text = str(e.reason or e).lower().replace("_", " ")
+        if any(w in text for w in ("certificate required", "bad certificate", "unknown ca", "certificate unknown")):
+            return "TLS: etcd refused the client certificate %s (%s)" % (cert, e.reason or e), True
+        return "TLS: %s" % (e.reason or e), True
+    return str(e), False
 out = {"endpoint": ep}
 try:
     out["list"] = call(ep + "/v3/cluster/member/list", {})
 except Exception as e:
-    out["error"] = why(e)
+    out["error"], tls_side = why(e, ep)
+    if tls_side:
+        out["tls"] = True
 else:
     health = {}
     for m in out["list"].get("members") or []:
@@ -156,14 +221,16 @@ else:
             try:
                 health[str(m.get("ID"))] = call(urls[0].rstrip("/") + "/health", timeout=3.0)
             except Exception as e:
-                health[str(m.get("ID"))] = {"error": why(e)}
+                health[str(m.get("ID"))] = {"error": why(e, urls[0])[0]}
     out["health"] = health
 print(json.dumps(out))
 """
 
 
-def etcd_probe_argv(endpoint: str) -> list[str]:
-    return ["python3", "-c", ETCD_PROBE, endpoint]
+def etcd_probe_argv(endpoint: str, ca: str, cert: str, key: str) -> list[str]:
+    """:data:`ETCD_PROBE` asking *endpoint*, with the etcd CA and the client certificate
+    and key to use for https URLs (paths on the node the probe runs on)."""
+    return ["python3", "-c", ETCD_PROBE, endpoint, ca, cert, key]
 
 
 def _member(raw: Mapping[str, Any], health: Mapping[str, Any]) -> EtcdMember:
@@ -196,7 +263,7 @@ def etcd_from_probe(host: str, stdout: str) -> EtcdObservation:
         return EtcdObservation(host, unreadable=f"the etcd probe printed {type(doc).__name__}, not an object")
     endpoint = str(doc.get("endpoint") or "")
     if "error" in doc:
-        return EtcdObservation(host, endpoint, failure=str(doc["error"]) or "no answer")
+        return EtcdObservation(host, endpoint, failure=str(doc["error"]) or "no answer", tls=doc.get("tls") is True)
     listed = doc.get("list")
     health = doc.get("health") if isinstance(doc.get("health"), Mapping) else {}
     if not isinstance(listed, Mapping):

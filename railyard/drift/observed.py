@@ -222,8 +222,10 @@ class EtcdMember:
 class EtcdObservation:
     """etcd's member list as one control-plane node's etcd answers it.
 
-    ``failure``: the node answered, etcd did not (drift: the plan has it running).
-    ``unreadable``: what came back was not the probe's JSON (the check is incomplete).
+    ``failure``: the node answered, etcd did not (drift: the plan has it running);
+    ``tls``: it failed on TLS (the probe's certificate files, or the handshake), so etcd
+    may well run. ``unreadable``: what came back was not the probe's JSON (the check is
+    incomplete).
     """
 
     host: str
@@ -231,6 +233,7 @@ class EtcdObservation:
     members: tuple[EtcdMember, ...] = ()
     failure: str = ""
     unreadable: str = ""
+    tls: bool = False
 
 
 @dataclass(frozen=True)
@@ -255,6 +258,8 @@ class KubernetesObservation:
     versions: Mapping[str, NodeVersions] = field(default_factory=dict)  # node -> .status.nodeInfo
     etcd: EtcdObservation | None = None  # None: not asked
     dns: DnsObservation | None = None  # None: not asked
+    host: str = ""  # the control-plane node that answered all of the above
+    unanswered: tuple[Unreachable, ...] = ()  # the control-plane nodes asked before it, which did not answer
     # node -> containerRuntimeVersion when `railyard up` last finished (railyard.drift.applied);
     # None with ``applied_record`` set: no record there; ``applied_record`` "": not looked for.
     applied_runtimes: Mapping[str, str] | None = None

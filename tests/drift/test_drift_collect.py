@@ -31,9 +31,9 @@ from railyard.drift.collect import (
     systemctl_show_argv,
 )
 from railyard.drift.files import check_playbook, summarize_events
-from railyard.drift.observed import Observed, UnitState
+from railyard.drift.observed import Observed, UnitState, Unreachable
 from railyard.drivers import NodeState
-from railyard.load import loads_plan
+from railyard.load import load_plan, loads_plan
 from tests.drift.recorded import FIX, slurm_obs, slurm_text
 
 ALL_ROLES = ["munge", "slurm_controller", "slurm_compute", "nfs_client"]
@@ -118,9 +118,10 @@ def coredns(replicas: int, available: int | None) -> Result:
     return Result(0, json.dumps(doc), "")
 
 
-def kubectl_answers(plan, labels=None, etcd: Result | Exception = ETCD_CLEAN, dns: Result | None = None) -> dict:
-    """What kcp1's kubectl and etcd return for a cluster that is exactly the plan."""
-    from railyard.drift.kubernetes import etcd_probe_argv, kinds_of
+def kubectl_answers(plan, labels=None, etcd: Result | Exception = ETCD_CLEAN, dns: Result | None = None,
+                    host: str = "kcp1") -> dict:
+    """What *host*'s kubectl and etcd return for a cluster that is exactly the plan."""
+    from railyard.drift.kubernetes import kinds_of
 
     k = plan.kubernetes
     nodes = {"items": [{"metadata": {"name": n, "labels": dict((labels or k.labels)[n])},
@@ -128,12 +129,12 @@ def kubectl_answers(plan, labels=None, etcd: Result | Exception = ETCD_CLEAN, dn
                                    "nodeInfo": {"kubeletVersion": "v1.35.4", "containerRuntimeVersion": RUNTIME}}}
                        for n in k.workers]}
     objects = {"apiVersion": "v1", "kind": "List", "items": [*k.kueue, *k.volcano]}
-    get = ("kcp1", (*C.KUBECTL, "get"))
+    get = (host, (*C.KUBECTL, "get"))
     return {(get[0], (*get[1], "nodes", "-o", "json")): Result(0, json.dumps(nodes), ""),
             (get[0], (*get[1], ",".join(kinds_of(objects["items"])), "-A", "-o", "json")):
                 Result(0, json.dumps(objects), ""),
-            ("kcp1", tuple(etcd_probe_argv("http://127.0.0.1:2379"))): etcd,
-            DNS_ARGV: dns or coredns(2, 2)}
+            (host, tuple(C.etcd_probe())): etcd,
+            (host, DNS_ARGV[1]): dns or coredns(2, 2)}
 
 
 @pytest.mark.parametrize(("answer", "kind", "message"), [
@@ -191,7 +192,7 @@ def test_kubernetes_without_a_record_of_the_last_up_notes_it(lab_plan, tmp_path)
 
 @pytest.mark.parametrize(("answer", "kind", "text"), [
     (Result(0, (FIX / "kubernetes" / "etcd_refused.json").read_text(), ""), "finding",
-     "kcp1: etcd does not answer on http://127.0.0.1:"),
+     "kcp1: etcd does not answer on https://127.0.0.1:"),
     (Result(127, "", "sh: 1: python3: not found\n"), "error",
      "kcp1: etcd's members not checked: the etcd probe exited 127: sh: 1: python3: not found"),
     (Result(0, "Traceback (most recent call last):\n", ""), "error",
@@ -247,6 +248,77 @@ def test_railyard_up_records_each_workers_runtime(lab_plan, tmp_path):
         msg = C.record_applied(lab_plan, RecordedRunner({get: broken}), root=tmp_path)
         assert msg.startswith("container runtimes not recorded: "), msg
     assert applied.load(path) == {"kw1": "containerd://2.1.4", "kw2": RUNTIME}
+
+
+class Down:
+    """*down* hosts do not answer (HostUnreachable with their reason); the others answer from *answers*."""
+
+    def __init__(self, down: dict[str, str], answers: dict) -> None:
+        self.down = down
+        self.recorded = RecordedRunner(answers)
+        self.hosts: list[str] = []
+
+    def run(self, host: str, argv: Sequence[str], timeout: float) -> Result:
+        self.hosts.append(host)
+        if host in self.down:
+            raise HostUnreachable(self.down[host])
+        return self.recorded.run(host, argv, timeout)
+
+
+@pytest.fixture(scope="module")
+def ha_plan():
+    """dgx-h100: three control-plane nodes, kcp[1-3] (the HA control plane)."""
+    from tests.conftest import ROOT
+
+    plan = load_plan(ROOT / "inventories/dgx-h100/cluster.yaml")
+    assert plan.kubernetes.control_plane == ("kcp1", "kcp2", "kcp3")
+    return plan
+
+
+def test_kubernetes_is_read_through_the_first_control_plane_node_that_answers(ha_plan, tmp_path):
+    """kcp1 down is not the cluster down: kcp2 answers for it (and kcp3 is not asked);
+    the observation says who answered, and the report says so in a note. That kcp1
+    does not answer is the nodes layer's finding, not repeated here."""
+    runner = Down({"kcp1": "no answer within 30s"}, kubectl_answers(ha_plan, host="kcp2"))
+    obs = C.collect_kubernetes(ha_plan, runner, root=tmp_path)
+    assert (obs.host, obs.unanswered) == ("kcp2", (Unreachable("kcp1", "no answer within 30s"),))
+    assert obs.etcd.host == "kcp2" and sorted(obs.labels) == sorted(ha_plan.kubernetes.workers)
+    assert "kcp3" not in runner.hosts and set(runner.hosts) == {"kcp1", "kcp2"}
+    report = compare(ha_plan, Observed(kubernetes=obs))
+    assert [f.kind for f in report.findings if not f.kind.startswith("etcd_member")] == []
+    assert ("kubernetes: read through kcp2: control-plane node kcp1 (no answer within 30s) did not answer"
+            in report.notes)
+    both = C.collect_kubernetes(ha_plan, Down({"kcp1": "gone", "kcp2": "also gone"},
+                                              kubectl_answers(ha_plan, host="kcp3")), root=tmp_path)
+    assert ("kubernetes: read through kcp3: control-plane nodes kcp1 (gone), kcp2 (also gone) did not answer"
+            in compare(ha_plan, Observed(kubernetes=both)).notes)
+    first = C.collect_kubernetes(ha_plan, Down({}, kubectl_answers(ha_plan, host="kcp1")), root=tmp_path)
+    assert (first.host, first.unanswered) == ("kcp1", ())
+    assert not any("read through" in n for n in compare(ha_plan, Observed(kubernetes=first)).notes)
+
+
+def test_no_control_plane_node_answers_is_a_check_error_naming_each(ha_plan, tmp_path):
+    down = {"kcp1": "no answer within 30s", "kcp2": "ssh: connect to host 10.0.0.12 port 22: Connection refused",
+            "kcp3": "no such container"}
+    with pytest.raises(HostUnreachable) as exc:
+        C.collect_kubernetes(ha_plan, Down(down, {}), root=tmp_path)
+    assert str(exc.value) == ("no control-plane node answers (kcp1: no answer within 30s; kcp2: ssh: connect to "
+                              "host 10.0.0.12 port 22: Connection refused; kcp3: no such container)")
+    obs = collect(ha_plan, ["kubernetes"], Down(down, {}), root=tmp_path)
+    assert [e.message for e in obs.errors] == [f"kubernetes: {exc.value}"]
+
+
+def test_railyard_up_records_runtimes_through_the_first_control_plane_node_that_answers(ha_plan, tmp_path):
+    worker = ha_plan.kubernetes.workers[0]
+    nodes = {"items": [{"metadata": {"name": worker}, "status": {"nodeInfo": {"containerRuntimeVersion": RUNTIME}}}]}
+    get = (*C.KUBECTL, "get", "nodes", "-o", "json")
+    msg = C.record_applied(ha_plan, Down({"kcp1": "gone"}, {("kcp2", get): Result(0, json.dumps(nodes), "")}),
+                           root=tmp_path)
+    assert msg.startswith("recorded the container runtime of 1 worker(s)"), msg
+    msg = C.record_applied(ha_plan, Down({"kcp1": "gone", "kcp2": "gone too", "kcp3": "not there"}, {}),
+                           root=tmp_path)
+    assert msg == ("container runtimes not recorded: no control-plane node answers (kcp1: gone; kcp2: gone too; "
+                   "kcp3: not there)")
 
 
 def test_kubernetes_not_deployed_and_apiserver_down(lab_plan):

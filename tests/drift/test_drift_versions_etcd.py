@@ -2,8 +2,8 @@
 versions (``.status.nodeInfo``), and etcd's members against the plan's control-plane nodes.
 
 Observations are literals or recordings (tests/drift/fixtures/kubernetes/etcd_*.json: what
-the probe printed against real etcd 3.4.23 members, record_etcd.py); expected releases and
-names are the spec's or literals.
+the probe printed against real etcd 3.4.23 members over TLS, record_etcd.py); expected
+releases and names are the spec's or literals.
 """
 
 from __future__ import annotations
@@ -167,11 +167,11 @@ def test_containerd_without_a_record_is_a_note_not_drift(lab_plan):
 
 def test_etcd_probe_output_of_real_members_parses():
     assert etcd("clean").members == (
-        EtcdMember("12557521760828643423", "kcp1", ("http://127.0.0.1:35827",), ("http://127.0.0.1:54343",),
+        EtcdMember("3989560819065292147", "kcp1", ("https://127.0.0.1:47309",), ("https://127.0.0.1:37511",),
                    False, True, ""),)
     learner = etcd("learner_unstarted").members[1]
     assert (learner.id, learner.name, learner.client_urls, learner.learner, learner.healthy) == (
-        "12992597617451432903", "", (), True, None)
+        "18186736059097028220", "", (), True, None)
     down = {m.name: (m.healthy, m.health) for m in etcd("member_down").members}
     assert down == {"kcp2": (False, "its /health does not answer ([Errno 111] Connection refused)"),
                     "kcp1": (False, "its /health says health=false")}
@@ -202,10 +202,10 @@ def test_etcd_member_fields_of_another_shape_do_not_crash():
 def test_etcd_with_a_learner_that_never_started(lab_plan):
     report = compare(lab_plan, Observed(kubernetes=lab_obs(etcd_case="learner_unstarted")))
     [f] = report.findings
-    assert (f.subject, f.kind) == ("etcd/b44efab201c77bc7", "etcd_member_unstarted")
-    assert f.message == "etcd member b44efab201c77bc7 (http://127.0.0.1:2390) was added but has never started"
-    assert f.fix == ("start etcd on the node at http://127.0.0.1:2390 with ETCD_INITIAL_CLUSTER_STATE=existing, "
-                     "or `etcdctl member remove b44efab201c77bc7` if it is not meant to join")
+    assert (f.subject, f.kind) == ("etcd/fc6444169a44167c", "etcd_member_unstarted")
+    assert f.message == "etcd member fc6444169a44167c (https://127.0.0.1:2390) was added but has never started"
+    assert f.fix == ("start etcd on the node at https://127.0.0.1:2390 with ETCD_INITIAL_CLUSTER_STATE=existing, "
+                     "or `etcdctl member remove fc6444169a44167c` if it is not meant to join")
 
 
 def test_etcd_member_of_no_control_plane_node_and_members_down(lab_plan):
@@ -213,12 +213,12 @@ def test_etcd_member_of_no_control_plane_node_and_members_down(lab_plan):
     found = compare(lab_plan, Observed(kubernetes=lab_obs(etcd_case="member_down"))).findings
     assert [(f.subject, f.kind, f.message) for f in found] == [
         ("etcd/kcp2", "etcd_member_unexpected",
-         "etcd member kcp2 (http://127.0.0.1:35493) is not a control-plane node of the spec"),
+         "etcd member kcp2 (https://127.0.0.1:52691) is not a control-plane node of the spec"),
         ("kcp1", "etcd_member_unhealthy", "kcp1: etcd member kcp1 is not healthy (its /health says health=false)"),
         ("kcp2", "etcd_member_unhealthy",
          "kcp2: etcd member kcp2 is not healthy (its /health does not answer ([Errno 111] Connection refused))"),
     ]
-    assert found[0].fix == ("`etcdctl member remove 78e5bdc5af18a192`, or add kcp2 to "
+    assert found[0].fix == ("`etcdctl member remove 405fc493f54ccf3c`, or add kcp2 to "
                             "partitions.kubernetes.control_plane")
     assert found[1].fix == f"`journalctl -u etcd` on kcp1; `systemctl restart etcd` there, or {UP}"
 
@@ -249,12 +249,26 @@ def test_etcd_down_is_drift_and_an_unreadable_probe_an_error(lab_plan):
     down = compare(lab_plan, Observed(kubernetes=lab_obs(etcd_case="refused")))
     [f] = down.findings
     assert (f.subject, f.kind, f.observed) == ("kcp1", "etcd_down", "[Errno 111] Connection refused")
-    assert f.message == "kcp1: etcd does not answer on http://127.0.0.1:57919 ([Errno 111] Connection refused)"
+    assert f.message == "kcp1: etcd does not answer on https://127.0.0.1:57257 ([Errno 111] Connection refused)"
+    assert f.fix == f"`systemctl status etcd` and `journalctl -u etcd` on kcp1; start it, or {UP}"
     assert down.exit_code == exitcodes.DRIFT
     bad = dataclasses.replace(lab_obs(), etcd=EtcdObservation("kcp1", unreadable="the etcd probe printed no JSON: ''"))
     report = compare(lab_plan, Observed(kubernetes=bad))
     assert report.findings == ()
     assert [e.message for e in report.errors] == ["kcp1: etcd's members not checked: the etcd probe printed no JSON: ''"]
+
+
+def test_etcd_refusing_the_probe_on_tls_points_at_the_certificates(lab_plan):
+    """A handshake etcd refuses, or certificate files the probe cannot read, is still
+    etcd_down (the plan's etcd does not answer drift), but the fix is the role's files."""
+    said = "cannot read the client key /etc/kubernetes/pki/etcd/healthcheck-client.key (permission denied)"
+    got = etcd_from_probe("kcp1", json.dumps({"endpoint": "https://127.0.0.1:2379", "error": said, "tls": True}))
+    assert (got.failure, got.tls) == (said, True)
+    [f] = compare(lab_plan, Observed(kubernetes=dataclasses.replace(lab_obs(), etcd=got))).findings
+    assert (f.kind, f.message) == ("etcd_down", f"kcp1: etcd does not answer on https://127.0.0.1:2379 ({said})")
+    assert f.fix == ("the etcd CA and the health check client certificate on kcp1 are the ones roles/k8s_control_plane "
+                     f"writes (/etc/kubernetes/pki/etcd): {UP} writes them again; `journalctl -u etcd` on kcp1 says "
+                     "what etcd refused")
 
 
 def test_a_fixture_node_list_reads_both_versions():
