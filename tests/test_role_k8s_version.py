@@ -76,7 +76,7 @@ def test_control_plane_daemons_each_count():
 @pytest.mark.parametrize(
     ("role", "var", "module", "stdout", "release"),
     [
-        ("kueue", "_kueue_installed_release", "sigs.k8s.io/kueue", "mod\tsigs.k8s.io/kueue\tv0.17.0", "0.17.0"),
+        ("kueue", "_kueue_installed_release", "sigs.k8s.io/kueue", "mod\tsigs.k8s.io/kueue\tv0.17.1", "0.17.1"),
         ("kueue", "_kueue_installed_release", "sigs.k8s.io/kueue", "mod\tsigs.k8s.io/kueue\tv0.18.0-rc.1", "0.18.0-rc.1"),
         ("kueue", "_kueue_installed_release", "sigs.k8s.io/kueue", "", ""),
         ("kueue", "_kueue_installed_release", "sigs.k8s.io/kueue", "mod\tsigs.k8s.io/kueue\t(devel)", ""),
@@ -95,9 +95,9 @@ def test_go_build_info_release(role, var, module, stdout, release):
 def test_the_grep_pattern_is_the_line_go_version_m_prints():
     """The roles' grep -E pattern finds the build info's `mod` line (tab separated) and
     nothing of the `dep` lines: Kueue's binary also records volcano.sh/apis as a dep."""
-    buildinfo = ("path\tsigs.k8s.io/kueue/cmd/kueue\nmod\tsigs.k8s.io/kueue\tv0.17.0\th1:7hzb=\n"
+    buildinfo = ("path\tsigs.k8s.io/kueue/cmd/kueue\nmod\tsigs.k8s.io/kueue\tv0.17.1\th1:7hzb=\n"
                  "dep\tvolcano.sh/apis\tv1.14.0\th1:Rf8w=\n")
-    for role, want in (("kueue", "mod\tsigs.k8s.io/kueue\tv0.17.0"), ("volcano", None)):
+    for role, want in (("kueue", "mod\tsigs.k8s.io/kueue\tv0.17.1"), ("volcano", None)):
         tasks = yaml.safe_load((ROOT / f"roles/{role}/tasks/install.yml").read_text())
         argv = next(t for t in tasks if t["name"].startswith("Read the installed"))["ansible.builtin.command"]["argv"]
         pattern = argv[5]
@@ -108,7 +108,7 @@ def test_the_grep_pattern_is_the_line_go_version_m_prints():
 @pytest.mark.parametrize(("role", "var", "default"), [
     ("k8s_control_plane", "k8s_control_plane_kubernetes_version", "{{ railyard_kubernetes_version | default('') }}"),
     ("k8s_worker", "k8s_worker_kubernetes_version", "{{ railyard_kubernetes_version | default('') }}"),
-    ("kueue", "kueue_version", "{{ railyard_kueue_version | default('0.17.0') }}"),
+    ("kueue", "kueue_version", "{{ railyard_kueue_version | default('0.17.1') }}"),
     ("volcano", "volcano_version", "{{ railyard_volcano_version | default('1.14.1') }}"),
 ])
 def test_the_default_is_the_spec_version(role, var, default):
@@ -139,7 +139,7 @@ def test_lab_spec_roles_and_spec_defaults_are_what_build_k8s_builds():
     """The lab spec, the spec's defaults, the roles' defaults and LAB_K8S_RELEASE name what
     scripts/build-k8s.sh builds by default (railyard/builds.py), so the lab passes the roles'
     version checks (the compiler cannot see the controller's binaries; the roles read them)."""
-    k8s, kueue, volcano = "1.35.4", "0.17.0", "1.14.1"
+    k8s, kueue, volcano = "1.35.4", "0.17.1", "1.14.1"
     assert (builds.KUBERNETES, builds.KUEUE, builds.VOLCANO) == (k8s, kueue, volcano)
     assert LAB_K8S_RELEASE == k8s
     assert _defaults("k8s_control_plane")["k8s_control_plane_version"] == k8s

@@ -311,10 +311,10 @@ CASES: list[tuple[str, Callable[[dict], None], str, str]] = [
     ("cluster-queue-unknown-cohort", lambda s: kueue(s)["cluster_queues"][0].update(cohort="nope"),
      "partitions.kubernetes.kueue.cluster_queues[0].cohort", "no cohort named 'nope'"),
     ("kueue-too-old", _set("cluster.versions.kueue", "0.14.0"), "cluster.versions.kueue", "served from Kueue 0.15"),
-    # what scripts/build-k8s.sh builds here: Kueue 0.17.0, Volcano 1.14.1, Kubernetes 1.35.4
+    # what scripts/build-k8s.sh builds here: Kueue 0.17.1, Volcano 1.14.1, Kubernetes 1.35.4
     ("kueue-not-installable", _set("cluster.versions.kueue", "0.19.2"), "cluster.versions.kueue",
-     ('Kueue 0.19.2 cannot be installed: railyard installs Kueue 0.17.0, the release scripts/build-k8s.sh builds '
-     '(railyard/builds.py); set cluster.versions.kueue: "0.17.0"')),
+     ('Kueue 0.19.2 cannot be installed: railyard installs Kueue 0.17.1, the release scripts/build-k8s.sh builds '
+     '(railyard/builds.py); set cluster.versions.kueue: "0.17.1"')),
     ("volcano-not-installable", _set("cluster.versions.volcano", "1.15.1"), "cluster.versions.volcano",
      'Volcano 1.15.1 cannot be installed: railyard installs Volcano 1.14.1'),
     ("lab-kubernetes-not-built", _set("cluster.versions.kubernetes", "1.34"), "cluster.versions.kubernetes",

@@ -524,7 +524,7 @@ def _version_check_task(role: str) -> str:
                                   ": Kubernetes 1.36, but the spec targets Kubernetes 1.35")),
     ("kw2", "k8s_worker", ("k8s_worker: /usr/local/bin/kubelet on kw2 reports 'Kubernetes v1.36.0': Kubernetes 1.36, "
                           "but the spec targets Kubernetes 1.35")),
-    ("kcp1", "kueue", "kueue: /usr/local/bin/kueue on kcp1 is Kueue 0.18.0, but the spec targets Kueue 0.17.0"),
+    ("kcp1", "kueue", "kueue: /usr/local/bin/kueue on kcp1 is Kueue 0.18.0, but the spec targets Kueue 0.17.1"),
     ("kcp1", "volcano", ("volcano: on kcp1 /usr/local/bin/vc-scheduler is Volcano 1.15.0, /usr/local/bin/"
                         "vc-controller-manager is Volcano 1.15.0, but the spec targets Volcano 1.14.1")),
 ])

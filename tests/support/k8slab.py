@@ -406,7 +406,7 @@ def start_kueue(api: K8sAPI, webhook_port: int) -> Path:
     path = api.workdir / "kueue-config.yaml"
     path.write_text(yaml.safe_dump(cfg))
     kubectl(api, "create", "namespace", "kueue-system")
-    # With internalCertManagement off, kueue v0.17.0 reads the metrics server cert from a
+    # With internalCertManagement off, kueue v0.17.1 reads the metrics server cert from a
     # hard-coded /etc/kueue/metrics/certs (cmd/kueue/main.go) and exits without it.  Give
     # it one through an overlay on /etc in a private mount namespace: the host's /etc is
     # not touched.
