@@ -44,8 +44,9 @@ def test_a_mixed_partition_gets_its_agent_per_host(lab):
     # the extravars every worker gets do not pick the agent: they would override the host's
     assert "k8s_worker_kubelet" not in ROLE_VARS["k8s_worker"](plan)
     units = expected_units(plan, ["k8s_worker"])
-    assert units["kw1"] == (("kwok.service", "active", "k8s_worker"),)
-    assert units["kw2"] == (("containerd.service", "active", "k8s_worker"),
+    lb = ("haproxy.service", "active", "k8s_worker")  # both agents reach the apiservers through it
+    assert units["kw1"] == (lb, ("kwok.service", "active", "k8s_worker"))
+    assert units["kw2"] == (lb, ("containerd.service", "active", "k8s_worker"),
                             ("railyard-pod-network.service", "active", "k8s_worker"),
                             ("kubelet.service", "active", "k8s_worker"), ("kube-proxy.service", "active", "k8s_worker"))
 

@@ -31,6 +31,7 @@ def _cp_vars() -> dict:
             "k8s_control_plane_service_cidr": "10.96.0.0/16", "k8s_control_plane_config_dir": "/etc/kubernetes",
             "k8s_control_plane_dns_domain": "cluster.local",
             "_k8s_control_plane_address": "10.78.0.16", "_k8s_control_plane_pki": "/etc/kubernetes/pki",
+            "_k8s_control_plane_member_addresses": ["10.78.0.16"],
             "_k8s_control_plane_kubelet_client": constants["_k8s_control_plane_kubelet_client"]}
 
 

@@ -346,7 +346,7 @@ def test_expected_units_follow_the_roles_that_exist(lab_plan):
                                           "kube-scheduler.service", "kueue.service", "vc-scheduler.service",
                                           "vc-controller-manager.service", "shared.mount", "home.mount"]
     assert k8s["kcp1"][5] == ("vc-scheduler.service", "active", "volcano")
-    assert k8s["kw2"] == (("containerd.service", "active", "k8s_worker"),
+    assert k8s["kw2"] == (("haproxy.service", "active", "k8s_worker"), ("containerd.service", "active", "k8s_worker"),
                           ("railyard-pod-network.service", "active", "k8s_worker"),
                           ("kubelet.service", "active", "k8s_worker"), ("kube-proxy.service", "active", "k8s_worker"),
                           *mount)  # the lab's workers run real kubelets
@@ -389,7 +389,8 @@ LAB_UNITS = {  # the lab, every role that keeps a unit, configless, real kubelet
              ("kube-scheduler.service", "active", "k8s_control_plane"), ("kueue.service", "active", "kueue"),
              ("vc-scheduler.service", "active", "volcano"), ("vc-controller-manager.service", "active", "volcano"),
              *LAB_MOUNTS),
-    **{f"kw{i}": (("containerd.service", "active", "k8s_worker"), ("railyard-pod-network.service", "active", "k8s_worker"),
+    **{f"kw{i}": (("haproxy.service", "active", "k8s_worker"), ("containerd.service", "active", "k8s_worker"),
+                  ("railyard-pod-network.service", "active", "k8s_worker"),
                   ("kubelet.service", "active", "k8s_worker"), ("kube-proxy.service", "active", "k8s_worker"),
                   *LAB_MOUNTS) for i in (1, 2)},
 }
@@ -405,7 +406,8 @@ def test_expected_units_of_the_lab_written_out(lab, delivery, agent):
     if delivery == "files":  # no daemon on a files-mode login node
         want["login1"] = (("munge.service", "active", "munge"), *LAB_MOUNTS)
     if agent == "kwok":
-        want |= {f"kw{i}": (("kwok.service", "active", "k8s_worker"), *LAB_MOUNTS) for i in (1, 2)}
+        want |= {f"kw{i}": (("haproxy.service", "active", "k8s_worker"), ("kwok.service", "active", "k8s_worker"),
+                            *LAB_MOUNTS) for i in (1, 2)}
     assert expected_units(plan, C.unit_roles()) == want
 
 
