@@ -157,7 +157,9 @@ class KubernetesPartition(pulumi.ComponentResource):
         self.summary: dict[str, Any] = {
             "control_plane": list(k.control_plane),
             "workers": list(k.workers),
-            "api_server": ctx.nodes[cp].address.apply(lambda a, port=api_port: f"https://{a}:{port}"),
+            # one per control-plane node; every worker reaches them through its own haproxy
+            "api_servers": pulumi.Output.all(*(ctx.nodes[n].address for n in k.control_plane)).apply(
+                lambda addrs, port=api_port: [f"https://{a}:{port}" for a in addrs]),
             # root-only on the control-plane node; names cert files, holds no key
             "admin_kubeconfig": f"{cp}:/etc/kubernetes/admin.conf",
             "cluster_queues": [o["metadata"]["name"] for o in k.kueue if o["kind"] == "ClusterQueue"],

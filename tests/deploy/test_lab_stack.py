@@ -142,7 +142,7 @@ def test_up_from_clean(stack: dict) -> None:
     assert outputs["login_command"].value == "podman exec -it railyard-lab-login1 bash"
     assert {n["name"]: n["partition"] for n in outputs["nodes"].value}["gpu003"] == "slurm"
     k8s = outputs["kubernetes"].value
-    assert k8s["api_server"] == f"https://{next(n.address for n in plan.nodes if n.name == 'kcp1')}:6443"
+    assert k8s["api_servers"] == [f"https://{next(n.address for n in plan.nodes if n.name == 'kcp1')}:6443"]
     assert k8s["workers"] == ["kw1", "kw2"]
     rails = _podman("exec", "railyard-lab-gpu001", "ip", "-br", "addr").stdout
     assert "rail0" in rails and "rail1" in rails  # the two rail leaves of su1

@@ -102,9 +102,20 @@ def blocks_spec(cidr: str = MOLECULE_CIDR) -> dict[str, Any]:
     return spec
 
 
+def ha_spec(cidr: str = MOLECULE_CIDR) -> dict[str, Any]:
+    """The lab with three Kubernetes control-plane nodes (kcp[1-3]: a 3-member etcd, an
+    apiserver on each, behind every worker's haproxy), as a site runs it;
+    molecule/kubernetes runs this variant and stops one of them. The lab itself keeps one."""
+    spec = lab_spec(cidr)
+    next(g for g in spec["nodes"] if g["group"] == "kcp")["names"] = "kcp[1-3]"
+    spec["partitions"]["kubernetes"]["control_plane"] = "kcp[1-3]"
+    return spec
+
+
 VARIANTS = {
     "lab": lambda: lab_spec(),
     "blocks": lambda: blocks_spec(),
+    "ha": lambda: ha_spec(),
     "scale16": lambda: scaled_spec(16),
 }
 

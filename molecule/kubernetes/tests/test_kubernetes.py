@@ -119,16 +119,17 @@ def delete_job(name: str) -> None:
 
 
 # -- the control plane and the nodes ----------------------------------------------------
+@pytest.mark.parametrize("node", GROUPS["k8s_control_plane"])
 @pytest.mark.parametrize("unit", ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kueue",
                                   "vc-scheduler", "vc-controller-manager"])
-def test_control_plane_units_run(unit):
-    assert_running(CP, unit)
+def test_control_plane_units_run(unit, node):
+    assert_running(testinfra.get_host(f"podman://{node}"), unit)
 
 
 @pytest.mark.parametrize("name", WORKERS)
 def test_each_worker_runs_its_agent(name):
     host = testinfra.get_host(f"podman://{name}")
-    for unit in (["containerd", "kubelet"] if AGENT[name] == "kubelet" else ["kwok"]):
+    for unit in ["haproxy"] + (["containerd", "kubelet"] if AGENT[name] == "kubelet" else ["kwok"]):
         assert_running(host, unit)
 
 
