@@ -34,6 +34,21 @@ def test_a_real_kubelet_unless_the_group_says_otherwise():
         assert {plan.inventory.hostvars[w]["railyard_k8s_agent"] for w in plan.kubernetes.workers} == {"kubelet"}
 
 
+def test_the_dgx_example_installs_three_control_plane_nodes_and_the_releases_it_pins():
+    """Its install plan: kcp[1-3] as the control plane (each an etcd member and an apiserver,
+    all behind every worker's haproxy), real kubelets, and the releases its
+    cluster.versions pins, which the builds can install (validate passed: load_plan)."""
+    plan = load_plan(DGX)
+    doc = yaml.safe_load(DGX.read_text())
+    assert plan.kubernetes.control_plane == ("kcp1", "kcp2", "kcp3")
+    assert doc["partitions"]["kubernetes"]["control_plane"] == "kcp[1-3]"
+    art = json.loads(render(plan)["ansible/group_vars/all.json"])
+    pinned = doc["cluster"]["versions"]
+    for what in ("kubernetes", "kueue", "volcano"):
+        assert art[f"railyard_{what}_version"] == pinned[what], what
+    assert (pinned["kueue"], pinned["volcano"]) == ("0.17.1", "1.14.1")  # what scripts/build-k8s.sh builds
+
+
 def test_a_mixed_partition_gets_its_agent_per_host(lab):
     plan = loads_plan(yaml.safe_dump(_lab_split(lab)), "mixed.yaml")
     assert plan.kubernetes.agents == {"kw1": "kwok", "kw2": "kubelet"}
