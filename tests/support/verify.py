@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,18 @@ def journal(host, unit: str) -> str:
     """The unit's last journal lines, to append to a failure message."""
     out = host.run(f"journalctl -u {unit} --no-pager -n 50")
     return f"\n--- journalctl -u {unit} on {host.backend.get_hostname()} ---\n{out.stdout}{out.stderr}"
+
+
+def wait(pred, timeout: float, step: float = 0.5):
+    """(seconds it took, what *pred* returned) once *pred* returns something true within
+    *timeout* seconds, else (None, None)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        got = pred()
+        if got:
+            return time.monotonic() - t0, got
+        time.sleep(step)
+    return None, None
 
 
 def assert_running(host, unit: str) -> None:

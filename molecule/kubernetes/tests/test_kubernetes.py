@@ -23,7 +23,7 @@ from ClusterShell.NodeSet import NodeSet
 
 from tests.support import molecule as support
 from tests.support.topology import hypernode_nodes
-from tests.support.verify import ARTIFACTS, VARIANT, assert_running, journal, run_role
+from tests.support.verify import ARTIFACTS, VARIANT, assert_running, journal, run_role, wait
 
 PLAN = json.loads((ARTIFACTS / "plan.json").read_text())
 GROUPS = PLAN["inventory_groups"]
@@ -65,16 +65,6 @@ def kubectl(*args: str, stdin: str | None = None, check: bool = True):
 
 def get(*args: str):
     return json.loads(kubectl("get", *args, "-o", "json").stdout)
-
-
-def wait(pred, timeout: float, step: float = 0.5):
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        got = pred()
-        if got:
-            return time.monotonic() - t0, got
-        time.sleep(step)
-    return None, None
 
 
 def job(name: str, pods: int, gpus: int, annotation: dict[str, str] | None = None) -> str:

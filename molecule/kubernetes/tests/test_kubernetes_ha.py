@@ -19,7 +19,7 @@ import testinfra
 from ClusterShell.NodeSet import NodeSet
 
 from tests.support import molecule as support
-from tests.support.verify import ARTIFACTS, VARIANT, assert_running
+from tests.support.verify import ARTIFACTS, VARIANT, assert_running, wait
 
 SPEC = support.VARIANTS[VARIANT]()
 CONTROL_PLANE = list(NodeSet(SPEC["partitions"]["kubernetes"]["control_plane"]))
@@ -74,16 +74,6 @@ def health(on: str) -> dict[str, bool]:
 def holder(on: str, ns: str, name: str) -> str:
     out = kubectl(on, "get", "lease", name, "-n", ns, "-o", "jsonpath={.spec.holderIdentity}", check=False)
     return out.stdout.strip() if out.rc == 0 else ""
-
-
-def wait(pred, timeout: float, step: float = 0.5):
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        got = pred()
-        if got:
-            return time.monotonic() - t0, got
-        time.sleep(step)
-    return None, None
 
 
 def test_the_spec_names_three_control_plane_nodes():
