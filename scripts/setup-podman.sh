@@ -15,6 +15,13 @@
 #     podman network resolve each other by name. Debian's podman also ships a
 #     CNI bridge config whose plugins are not installed; with netavark it is
 #     unused.
+#   * fs.inotify.max_user_instances >= 1024 and max_user_watches >= 524288: every
+#     process in every node container (systemd, kubelet, apiserver, Kueue...) draws
+#     on root's one per-host limit; at Debian's 128 instances daemons fail with
+#     "too many open files" once the lab and a molecule scenario run side by side.
+#     Only raised, never lowered; kept in /etc/sysctl.d/60-railyard-lab.conf.
+#     `railyard up` and molecule's prepare refuse a host below these
+#     (railyard/drivers/podman.py INOTIFY_MINIMUM).
 #
 # Usage: scripts/setup-podman.sh [--build-image]
 #   --build-image   also build (or reuse the cached) lab node image via
@@ -82,6 +89,23 @@ if ((${#MISSING[@]})); then
   fi
 else
   log "packages already installed"
+fi
+
+# --- the host's inotify limits (see the header) ---
+SYSCTL_CONF=/etc/sysctl.d/60-railyard-lab.conf
+conf_lines=()
+for kv in fs.inotify.max_user_instances=1024 fs.inotify.max_user_watches=524288; do
+  key=${kv%%=*} want=${kv#*=}
+  have=$(sysctl -n "$key")
+  if ((have < want)); then
+    sysctl -q -w "$key=$want" || die "cannot raise $key from $have to $want (sysctl -w failed)"
+    log "$key: $have -> $want"
+    have=$want
+  fi
+  conf_lines+=("$key = $have")
+done
+if [[ ! -f $SYSCTL_CONF ]] || [[ "$(cat "$SYSCTL_CONF")" != "$(printf '%s\n' "# railyard lab (scripts/setup-podman.sh)" "${conf_lines[@]}")" ]]; then
+  printf '%s\n' "# railyard lab (scripts/setup-podman.sh)" "${conf_lines[@]}" > "$SYSCTL_CONF"
 fi
 
 # --- /etc/containers/containers.conf: set our three keys, keep everything else ---

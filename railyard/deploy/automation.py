@@ -17,6 +17,7 @@ from typing import Any
 from railyard.apply.engine import (
     LAB_STACK,
     PROJECT,
+    AutomationError,
     Output,
     _print,
     backend_dir,
@@ -48,12 +49,19 @@ def open_stack(stack: str = LAB_STACK, work_dir: Path = ROOT, plan: Plan | None 
 
 
 def _ensure_lab_image(plan: Plan, on_output: Output) -> None:
-    """Build (or reuse) the node image before the engine starts: one build, not one per node."""
+    """Before the engine starts, for nodes that are podman containers: check the host's
+    limits (nothing is created on a host that cannot run them), then build (or reuse) the
+    node image: one build, not one per node."""
     from railyard.apply.machines import podman_nodes
 
     if podman_nodes(plan):
+        from railyard.drivers.podman import host_problems
         from railyard.lab.image import ensure_image
 
+        problems = host_problems()
+        if problems:
+            raise AutomationError("this host cannot run the lab's node containers:\n" +
+                                  "\n".join(f"- {p}" for p in problems))
         on_output(f"railyard: lab node image {ensure_image()}")
 
 

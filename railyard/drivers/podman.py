@@ -36,6 +36,15 @@ from typing import Any
 from railyard.drivers.base import DriverError, Log, NodeState, PodmanNode, quiet
 from railyard.paths import exclusive_lock
 
+# The host's inotify limits, shared by every node container: rootful podman runs them all as
+# root of one user namespace, and fs.inotify.max_user_instances counts per user. systemd,
+# dbus, the kubelet, containerd, kube-proxy, the apiserver, Kueue and Volcano each hold
+# some; at Debian's default of 128 a lab of ten nodes beside a molecule scenario runs out,
+# and the daemon that starts last fails with `too many open files` (kube-proxy and Kueue
+# exit; systemd restarts them until something else lets go). kind asks for 512 and 524288.
+INOTIFY_MINIMUM = {"max_user_instances": 1024, "max_user_watches": 524288}
+INOTIFY_SETUP = "scripts/setup-podman.sh"  # sets them, and keeps them in /etc/sysctl.d
+
 CLUSTER_LABEL = "railyard.cluster"
 NODE_LABEL = "railyard.node"
 CONFIG_LABEL = "railyard.config"
@@ -50,6 +59,27 @@ class NetworkSpec:
     gateway: str = ""
     internal: bool = False
     dns: bool = True
+
+
+# --------------------------------------------------------------------------- host
+
+
+def host_problems(proc_sys: Path = Path("/proc/sys")) -> list[str]:
+    """What this host lacks to run node containers, each with its fix; [] when nothing."""
+    problems = []
+    for key, minimum in INOTIFY_MINIMUM.items():
+        path = proc_sys / "fs" / "inotify" / key
+        try:
+            value = int(path.read_text().strip())
+        except (OSError, ValueError):
+            continue  # not Linux, or not readable: podman will say what is wrong
+        if value < minimum:
+            problems.append(
+                f"fs.inotify.{key} is {value} on this host, below the {minimum} that node containers need: "
+                "every process in them takes its inotify instances and watches from root's one limit, and "
+                "past it daemons fail with `too many open files`. Raise it with "
+                f"`sysctl -w fs.inotify.{key}={minimum}` ({INOTIFY_SETUP} does, and keeps it across reboots)")
+    return problems
 
 
 # --------------------------------------------------------------------------- pure

@@ -203,6 +203,12 @@ def ensure_munge_key() -> Path:
 
 
 def prepare(variant: str = "lab") -> Path:
+    from railyard.drivers.podman import host_problems
+
+    problems = host_problems()
+    if problems:  # the scenario's daemons would fail later, one by one, with `too many open files`
+        raise SystemExit("molecule: this host cannot run the node containers:\n"
+                         + "\n".join(f"- {p}" for p in problems))
     out = render(variant)
     ensure_network()
     ensure_munge_key()
