@@ -206,6 +206,34 @@ def parse_systemctl_show(wanted: Sequence[tuple[str, ...]], stdout: str) -> tupl
     return tuple(out)
 
 
+JOURNAL_LINES = 3  # of a unit that should run and does not: why, in its own words
+JOURNAL_CHARS = 300
+
+
+def journal_argv(unit: str) -> list[str]:
+    return ["journalctl", "--no-pager", "--quiet", "--output=cat", f"--lines={JOURNAL_LINES}", f"--unit={unit}"]
+
+
+def _with_journal(name: str, services: tuple[UnitState, ...], runner: Runner,
+                  timeouts: Timeouts) -> tuple[UnitState, ...]:
+    """Each unit the plan has running that is not: its journal's last lines, so the finding
+    says why (a crash loop shows as `activating (auto-restart)`, its reason only here)."""
+    from dataclasses import replace
+
+    out = []
+    for u in services:
+        if u.want == "active" and u.active != "active" and u.load == "loaded":
+            try:
+                res = runner.run(name, journal_argv(u.unit), timeouts.command)
+            except HostUnreachable:
+                res = None
+            if res is not None and res.rc == 0 and res.stdout.strip():
+                lines = [line.strip() for line in res.stdout.strip().splitlines() if line.strip()]
+                u = replace(u, log=" | ".join(lines)[-JOURNAL_CHARS:])
+        out.append(u)
+    return tuple(out)
+
+
 # --------------------------------------------------------------------------- slurm
 
 
@@ -279,7 +307,7 @@ def _observe_one(plan: Plan, name: str, runner: Runner, units: tuple[tuple[str, 
         else:
             if res.rc != 0:
                 raise CollectorError(f"{name}: `systemctl show` failed (exit {res.rc}): {res.stderr.strip()[:200]}")
-            services = parse_systemctl_show(units, res.stdout)
+            services = _with_journal(name, parse_systemctl_show(units, res.stdout), runner, timeouts)
     return NodeObservation(name, spec.driver, handle, state.exists, state.power, reachable, detail, services)
 
 

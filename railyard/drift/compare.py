@@ -129,7 +129,8 @@ def _unit_finding(host: str, u: UnitState, fix: _Fix) -> Finding | None:
                        f"`systemctl unmask {u.unit}` on {host}, then {by_role}")
     if u.want == "active" and u.active != "active":
         state = f"{u.active} ({u.sub})" if u.sub else u.active or "not running"
-        return finding("unit_inactive", f"{host}: {u.unit} is {state}, the plan has it running",
+        said = f"; its journal ends: {u.log}" if u.log else ""
+        return finding("unit_inactive", f"{host}: {u.unit} is {state}, the plan has it running{said}",
                        f"`systemctl start {u.unit}` on {host}, or {by_role}")
     if u.file_state not in ENABLED:
         return finding("unit_disabled",

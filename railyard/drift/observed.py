@@ -168,6 +168,7 @@ class UnitState:
     file_state: str = ""  # UnitFileState: enabled, disabled, static, "" when there is no unit file
     load: str = ""  # LoadState: loaded, not-found, masked, ...
     role: str = ""  # the role that keeps it so
+    log: str = ""  # a unit that should run and does not: the last lines of its journal
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ from railyard.drift.collect import (
     collect_nodes,
     collect_slurm,
     expected_units,
+    journal_argv,
     parse_systemctl_show,
     prepare_files,
     run_check_mode,
@@ -557,20 +558,27 @@ def test_nodes_driver_state_and_units(lab_plan, tmp_path, monkeypatch):
     running = Result(0, "Id=slurmd.service\nLoadState=loaded\nActiveState=active\nSubState=running\n"
                         "UnitFileState=enabled\n", "")
     stopped = Result(0, (FIX / "live" / "systemctl_show.slurmd_stopped.txt").read_text(), "")
-    runner = RecordedRunner({("gpu003", tuple(show)): stopped}, default=running)
+    journal = Result(0, "slurmd-gpu003: error: Unable to register: Zero Bytes were transmitted or received\n"
+                        "slurmd.service: Main process exited, code=exited, status=1/FAILURE\n", "")
+    runner = RecordedRunner({("gpu003", tuple(show)): stopped,
+                             ("gpu003", tuple(journal_argv("slurmd.service"))): journal}, default=running)
     obs = collect_nodes(lab_plan, runner, root=_roles_root(tmp_path, ["slurm_compute"]))
     by = {n.name: n for n in obs.nodes}
     assert [n.name for n in obs.nodes] == [n.name for n in lab_plan.nodes]
     assert (by["gpu004"].exists, by["gpu004"].services) == (False, ())
     assert by["gpu003"].services == (
-        UnitState("slurmd.service", "active", "inactive", "dead", "enabled", "loaded", "slurm_compute"),)
+        UnitState("slurmd.service", "active", "inactive", "dead", "enabled", "loaded", "slurm_compute",
+                  "slurmd-gpu003: error: Unable to register: Zero Bytes were transmitted or received | "
+                  "slurmd.service: Main process exited, code=exited, status=1/FAILURE"),)
     assert by["ctl1"].services == ()  # no units expected there with only slurm_compute
     assert by["gpu001"].handle == "railyard-lab-gpu001"
     assert ("gpu001", ("systemctl", "show", "-p", "Id,LoadState,ActiveState,SubState,UnitFileState",
                        "slurmd.service")) in runner.calls
     report = compare(lab_plan, Observed(nodes=obs))
     assert [f.message for f in report.findings] == [
-        "gpu003: slurmd.service is inactive (dead), the plan has it running",
+        ("gpu003: slurmd.service is inactive (dead), the plan has it running; its journal ends: "
+        "slurmd-gpu003: error: Unable to register: Zero Bytes were transmitted or received | "
+        "slurmd.service: Main process exited, code=exited, status=1/FAILURE"),
         "gpu004: container railyard-lab-gpu004 does not exist",
     ]
 
