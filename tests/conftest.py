@@ -92,6 +92,7 @@ def _kind(nodeid: str, markers) -> str:
 
 
 _STARTED: list[float] = []
+_STEPS: dict[str, dict[str, float]] = {}  # molecule scenario -> step -> seconds
 
 
 def pytest_sessionstart(session):
@@ -108,6 +109,9 @@ def pytest_runtest_logreport(report):
     spent[0] += report.duration
     if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
         spent[1] += 1
+    for name, value in report.user_properties:
+        if name == "molecule_steps":  # tests/test_molecule.py: each step's wall time
+            _STEPS[report.nodeid.partition("[")[2].rstrip("]")] = value
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -136,3 +140,18 @@ def pytest_terminal_summary(terminalreporter):
         workers = getattr(tr.config.option, "numprocesses", None)
         side = f"; {workers} workers side by side, so the kinds add up to more than it" if workers else ""
         tr.write_line(f"(pytest wall time {wall:.1f} s{side})")
+    if _STEPS:
+        _molecule_steps(tr)
+
+
+def _molecule_steps(tr) -> None:
+    """Each scenario's time per molecule step, longest scenario first, and the sums."""
+    tr.write_sep("=", "molecule: seconds per step")
+    names = list(dict.fromkeys(step for steps in _STEPS.values() for step in steps))
+    width = max(len(scenario) for scenario in _STEPS)
+    short = [n.replace("idempotence", "idempot").replace("dependency", "depend").replace("side_effect", "side_eff")
+             for n in names]
+    tr.write_line(f"{'scenario':<{width}} " + " ".join(f"{n:>8}" for n in short))
+    rows = sorted(_STEPS.items(), key=lambda kv: -sum(kv[1].values()))
+    for scenario, steps in rows + [("total", {n: sum(s.get(n, 0.0) for s in _STEPS.values()) for n in names})]:
+        tr.write_line(f"{scenario:<{width}} " + " ".join(f"{steps.get(n, 0.0):8.0f}" for n in names))

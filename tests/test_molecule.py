@@ -24,6 +24,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -100,26 +101,70 @@ def _kill(proc: subprocess.Popen, sig: signal.Signals) -> None:
         os.killpg(proc.pid, sig)
 
 
-def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) -> tuple[int | str, str]:
-    """(exit code or "timeout after Ns", output). On timeout the whole process group goes
-    (molecule's ansible and pytest children too), so their pipes close and this returns."""
+STEP = re.compile(r"\[[^]>]+ > (\w+)\] Executing")  # molecule's "[<scenario> > <step>] Executing"
+
+
+def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float,
+         steps: dict[str, float] | None = None) -> tuple[int | str, str]:
+    """(exit code or "timeout after Ns", output); ``steps`` gets each molecule step's wall
+    time, in the order they ran. On timeout the whole process group goes (molecule's
+    ansible and pytest children too), so their pipes close and this returns."""
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines: list[str] = []
+    marks: list[tuple[str, float]] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            m = STEP.search(line)
+            if m:
+                marks.append((m.group(1), time.monotonic()))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
-        out, _ = proc.communicate(timeout=timeout)
-        return proc.returncode, out
-    except subprocess.TimeoutExpired:
-        _kill(proc, signal.SIGTERM)
         try:
-            out, _ = proc.communicate(timeout=30)
+            proc.wait(timeout=timeout)
+            rc: int | str = proc.returncode
         except subprocess.TimeoutExpired:
-            _kill(proc, signal.SIGKILL)
-            out, _ = proc.communicate()
-        return f"timeout after {timeout:.0f}s", out
+            _kill(proc, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                _kill(proc, signal.SIGKILL)
+                proc.wait()
+            rc = f"timeout after {timeout:.0f}s"
+        reader.join(timeout=30)
     finally:
         if proc.poll() is None:  # interrupted (pytest-timeout, ^C): leave nothing running
             _kill(proc, signal.SIGKILL)
             proc.wait()
+    if steps is not None:
+        ends = [t for _, t in marks[1:]] + [time.monotonic()]
+        for (step, began), ended in zip(marks, ends):
+            steps[step] = steps.get(step, 0.0) + ended - began  # destroy runs twice
+    return rc, "".join(lines)
+
+
+def _failed_tasks(out: str, most: int = 5, lines: int = 40) -> str:
+    """Each failed task's block (its TASK line, then ansible's `fatal:`/`failed:` result),
+    which the tail alone loses behind molecule's clean-up output."""
+    text = out.splitlines()
+    blocks = []
+    task = ""
+    for i, line in enumerate(text):
+        if line.startswith("TASK ["):
+            task = line
+        elif line.startswith(("fatal: [", "failed: [")) and len(blocks) < most:
+            block = [line]
+            for more in text[i + 1:i + lines]:
+                if not more.startswith((" ", "\t")):
+                    break
+                block.append(more)
+            blocks.append("\n".join([task, *block]))
+    return "".join(f"\n--- failed task\n{b}" for b in blocks)
 
 
 def _runs_verify(scenario) -> bool:
@@ -145,16 +190,19 @@ def test_molecule(scenario, subtests, request, tmp_path):
            inner_report.ENV: str(report_path)}
     molecule = str(VENV_BIN / "molecule")
     start = time.monotonic()
+    steps: dict[str, float] = {}
     try:
-        rc, out = _run([molecule, "test", "-s", scenario.name], scenario.cwd, env, TIMEOUT)
+        rc, out = _run([molecule, "test", "-s", scenario.name], scenario.cwd, env, TIMEOUT, steps)
         if isinstance(rc, str):  # timed out: its containers are still there
             _run([molecule, "destroy", "-s", scenario.name], scenario.cwd, env, DESTROY_TIMEOUT)
     finally:
         support.clean()
     took = time.monotonic() - start
     inner = inner_report.load(report_path)
-    print(f"{scenario.id}: molecule test took {took:.0f}s; verifier: "
-          + (inner.summary() if inner else "no report"))
+    print(f"{scenario.id}: molecule test took {took:.0f}s ("
+          + ", ".join(f"{step} {secs:.0f}s" for step, secs in steps.items())
+          + "); verifier: " + (inner.summary() if inner else "no report"))
+    request.node.user_properties.append(("molecule_steps", steps))
     problems = inner_report.judge(inner, verify_ran=rc == 0 and _runs_verify(scenario),
                                   where=str(report_path))
     if inner is not None:
@@ -163,7 +211,7 @@ def test_molecule(scenario, subtests, request, tmp_path):
     if rc != 0:
         tail = "\n".join(out.splitlines()[-TAIL:])
         pytest.fail(f"molecule test -s {scenario.name} in {scenario.cwd} failed ({rc})"
-                    + "".join(f"\n- {p}" for p in problems) + f"\n{tail}", pytrace=False)
+                    + "".join(f"\n- {p}" for p in problems) + _failed_tasks(out) + f"\n{tail}", pytrace=False)
     if problems:
         pytest.fail(f"{scenario.id}: the verifier's results fail the scenario:"
                     + "".join(f"\n- {p}" for p in problems), pytrace=False)
