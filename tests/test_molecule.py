@@ -46,17 +46,6 @@ def _base() -> dict:
     return yaml.safe_load(support.BASE_CONFIG.read_text())
 
 
-def _interpolate(value):
-    """Molecule's ${VAR:-default} with the defaults (what CI runs)."""
-    if isinstance(value, str):
-        return re.sub(r"\$\{(\w+):-([^}]*)\}", lambda m: os.environ.get(m.group(1), m.group(2)), value)
-    if isinstance(value, list):
-        return [_interpolate(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _interpolate(v) for k, v in value.items()}
-    return value
-
-
 def test_scenarios_found():
     names = {s.id for s in SCENARIOS}
     assert "molecule/slurm_cluster" in names
@@ -68,8 +57,8 @@ def test_scenarios_found():
 def test_platforms_match_the_plan(scenario):
     """Platforms = plan nodes: name, address (molecule CIDR) and groups, plus shared keys."""
     config = scenario.config()
-    platforms = _interpolate(config.get("platforms") or _base()["platforms"])
-    base = _interpolate(_base()["platforms"][0])
+    platforms = support.interpolated(config.get("platforms") or _base()["platforms"])
+    base = support.interpolated(_base()["platforms"][0])
     variant = (config.get("provisioner", {}).get("inventory", {}).get("group_vars", {})
                .get("all", {}).get("railyard_molecule_variant", "lab"))
     if str(variant).startswith("${"):

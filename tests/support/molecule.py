@@ -25,6 +25,7 @@ import base64
 import copy
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -163,6 +164,17 @@ def plan_summary(variant: str = "lab") -> dict[str, Any]:
 
 
 # --- podman / key -----------------------------------------------------------------------
+
+
+def interpolated(value: Any) -> Any:
+    """Molecule's ${VAR:-default} in a molecule.yml value, from the environment or the default."""
+    if isinstance(value, str):
+        return re.sub(r"\$\{(\w+):-([^}]*)\}", lambda m: os.environ.get(m.group(1), m.group(2)), value)
+    if isinstance(value, list):
+        return [interpolated(v) for v in value]
+    if isinstance(value, dict):
+        return {k: interpolated(v) for k, v in value.items()}
+    return value
 
 
 def podman_available() -> str | None:
