@@ -79,6 +79,22 @@ def test_platforms_match_the_plan(scenario):
         )
 
 
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.id)
+def test_sequence_converges_twice_and_verifies(scenario):
+    """Every scenario converges, converges again with zero changes and verifies. One that
+    renders another variant than the lab's also runs `check`: the lab e2e's drift check
+    proves check mode only for the lab's own configs (see .config/molecule/config.yml)."""
+    sequence = (scenario.config().get("scenario", {}).get("test_sequence")
+                or _base()["scenario"]["test_sequence"])
+    assert [s for s in sequence if s in ("converge", "idempotence", "verify")] == \
+        ["converge", "idempotence", "verify"], sequence
+    variant = support.interpolated(scenario.config().get("verifier", {}).get("env", {})
+                                   .get("RAILYARD_MOLECULE_VARIANT", "lab"))
+    if variant != "lab":
+        assert sequence.index("idempotence") < sequence.index("check") < sequence.index("verify"), \
+            f"{scenario.id} (variant {variant}): {sequence}"
+
+
 def _skip_reason() -> str | None:
     if os.environ.get("RAILYARD_SKIP_MOLECULE"):
         return "RAILYARD_SKIP_MOLECULE is set"
