@@ -450,7 +450,7 @@ def run_check_mode(run: FilesRun, root: Path, timeouts: Timeouts) -> tuple[list[
         )
         status, rc = result.status, result.rc
         tail = ""
-        if status not in ("successful", "failed") or rc is None:
+        if status != "successful" or rc is None:  # the events may not say why (a playbook error, a kill)
             try:
                 tail = "\n".join(result.stdout.read().strip().splitlines()[-5:])
             except Exception:  # noqa: BLE001 - only for the message

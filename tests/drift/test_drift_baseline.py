@@ -319,8 +319,10 @@ def test_paths_of_a_real_role_run_are_named(tmp_path: Path):
     from railyard.drift.files import check_playbook
 
     run = FilesRun(check_playbook([("demo", "all")]), str(inventory), {}, ("gpu001",), ("demo",))
-    events, (status, _rc, _tail) = C.run_check_mode(run, tmp_path, C.Timeouts(files=120))
-    assert status == "successful"
+    events, (status, _rc, tail) = C.run_check_mode(run, tmp_path, C.Timeouts(files=120))
+    failed = [(e.get("event"), (e.get("event_data") or {}).get("task"), (e.get("event_data") or {}).get("res"))
+              for e in events if e.get("event") in ("runner_on_failed", "runner_on_unreachable", "error")]
+    assert status == "successful", (status, tail, failed)
     t = targets_of(events, PLAY)[("demo", "gpu001")]
     assert t.reads == (("gpu001", str(target)), ("gpu001", "cmd:" + json.dumps(["cat", str(target)],
                                                                                 separators=(",", ":"))))
