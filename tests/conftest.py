@@ -147,7 +147,10 @@ def pytest_terminal_summary(terminalreporter):
 def _molecule_steps(tr) -> None:
     """Each scenario's time per molecule step, longest scenario first, and the sums."""
     tr.write_sep("=", "molecule: seconds per step")
-    names = list(dict.fromkeys(step for steps in _STEPS.values() for step in steps))
+    order = ("dependency", "cleanup", "destroy", "syntax", "create", "prepare", "converge", "idempotence", "check",
+             "side_effect", "verify")  # molecule's own order; a step of another name goes last
+    names = sorted({step for steps in _STEPS.values() for step in steps},
+                   key=lambda n: (order.index(n) if n in order else len(order), n))
     width = max(len(scenario) for scenario in _STEPS)
     short = [n.replace("idempotence", "idempot").replace("dependency", "depend").replace("side_effect", "side_eff")
              for n in names]
