@@ -94,3 +94,12 @@ def test_key_is_made_once() -> None:
         == created.outs["value"]
     assert k.diff("munge", created.outs, {"purpose": "munge", "length": 2048}).replaces == ["length"]
     assert k.check({}, {"purpose": "munge", "length": 8}).failures
+
+
+def test_playbook_vars_get_their_whole_numbers_back() -> None:
+    """Pulumi hands every number over as a float; a role must write 3306, not 3306.0."""
+    from railyard.deploy.providers.playbook import whole_numbers
+
+    got = whole_numbers({"port": 3306.0, "ratio": 0.5, "list": [1.0, "1.0"], "nested": {"n": 2.0}, "flag": True})
+    assert got == {"port": 3306, "ratio": 0.5, "list": [1, "1.0"], "nested": {"n": 2}, "flag": True}
+    assert type(got["port"]) is int and type(got["nested"]["n"]) is int

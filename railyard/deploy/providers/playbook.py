@@ -95,6 +95,18 @@ class PlaybookProvider(Provider):
         return ReadResult(id_, props)
 
 
+def whole_numbers(value: Any) -> Any:
+    """Pulumi carries every number as a float (protobuf Struct): 3306 arrives as 3306.0,
+    which a role would write as it is (slurmdbd refuses ``StoragePort=3306.0``)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: whole_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [whole_numbers(v) for v in value]
+    return value
+
+
 def run(props: dict[str, Any], log: ResourceLog, limit: list[str] | None = None) -> dict[str, Any]:
     """Run the play; the per-host recap. Raises :class:`PlaybookError` naming what failed."""
     import ansible_runner
@@ -108,8 +120,8 @@ def run(props: dict[str, Any], log: ResourceLog, limit: list[str] | None = None)
             (log.status if kind == "status" else log)(text)
         return False  # keep events (and anything in them) off the disk
 
-    extravars = {**(props.get("vars") or {}), **(props.get("secret_vars") or {}),
-                 "railyard_artifacts_dir": props["artifacts_dir"]}
+    extravars = whole_numbers({**(props.get("vars") or {}), **(props.get("secret_vars") or {}),
+                               "railyard_artifacts_dir": props["artifacts_dir"]})
     with tempfile.TemporaryDirectory(prefix="railyard-ansible-") as tmp:
         os.chmod(tmp, 0o700)
         project = Path(tmp) / "project"
