@@ -445,6 +445,10 @@ def _plain(pattern: str, example: str, what: str) -> Any:
 
 
 UserName = Annotated[str, _plain(r"^[a-z_][a-z0-9_-]{0,31}$", "root", "a user name (lower case, up to 32)")]
+# Slurm account and QOS names: sacctmgr folds them to lower case, so only lower case here.
+SlurmAccountName = Annotated[str, _plain(
+    r"^[a-z][a-z0-9_-]{0,63}$", "ml-research",
+    "a Slurm account or QOS name (lower case letters, digits, '_' and '-', a letter first, up to 64)")]
 BmcUser = Annotated[str, _plain(r"^[A-Za-z0-9._@-]{1,64}$", "admin", "a BMC user name (letters, digits, '._@-')")]
 SystemId = Annotated[str, _plain(r"^[A-Za-z0-9._-]{1,64}$", "System.Embedded.1", "a Redfish system id")]
 AptName = Annotated[str, _plain(r"^[a-z0-9][a-z0-9+.-]{1,99}$", "enroot", "a Debian package name")]

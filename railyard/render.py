@@ -16,6 +16,7 @@ import jinja2
 import yaml
 
 from railyard.compiler import Plan
+from railyard.compiler.accounting import associations
 from railyard.compiler.inventory import cluster_vars, split_vars, to_ansible
 from railyard.spec import version_at_least
 
@@ -139,6 +140,9 @@ def _slurm(plan: Plan, out: dict[str, str]) -> None:
         out["slurm/topology.yaml"] = _topology_yaml(plan)
     out["slurm/gres.conf"] = _template("slurm/gres.conf.j2", **values)
     out["slurm/cgroup.conf"] = _template("slurm/cgroup.conf.j2", **values)
+    wanted = associations(plan.spec)
+    if wanted is not None:  # what slurm_controller keeps in slurmdbd (sacctmgr), checked by drift
+        out["accounting/associations.json"] = json.dumps(wanted, indent=1) + "\n"
     if s.settings.pyxis.enabled:
         out["slurm/plugstack.conf.d/pyxis.conf"] = _template(
             "slurm/pyxis.conf.j2", header=_header(plan), p=s.settings.pyxis

@@ -12,7 +12,15 @@ import ipaddress
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from railyard import builds
 from railyard.errors import Problem, SpecError
@@ -42,6 +50,7 @@ from railyard.fieldtypes import (
     OverTimeMinutes,
     Pattern,
     ReleaseUrl,
+    SlurmAccountName,
     SystemId,
     Url,
     UserName,
@@ -356,6 +365,9 @@ class SlurmPartitionDef(Strict):
     grace_time: GraceSeconds | None = None
     # topology.yaml (25.05+): which topology this partition schedules by.
     topology: Literal["fabric", "nvlink", "flat"] | None = None
+    # Partition QOS (a QOS of partitions.slurm.accounting.qos): its limits apply to every
+    # job in the partition, on top of the job's own QOS.
+    qos: SlurmAccountName | None = None
 
     @field_validator("max_time", "default_time")
     @classmethod
@@ -399,11 +411,114 @@ class Enroot(Strict):
     package: PackageSource | None = None
 
 
+# Trackable resources an accounting limit may name: those slurm.conf tracks
+# (AccountingStorageTRES adds gres/gpu; cpu, mem, node, billing are always tracked).
+TRES_NAMES = ("cpu", "mem", "node", "billing", "gres/gpu")
+_TRES_TYPED = re.compile(r"^gres/gpu:[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
+
+
+def _tres(value: Any) -> Any:
+    """{gres/gpu: 8, cpu: 64}: each name a TRES slurm.conf tracks, each count whole and >= 0."""
+    if not isinstance(value, dict):
+        return value
+    for name, count in value.items():
+        if not isinstance(name, str) or not (name in TRES_NAMES or _TRES_TYPED.fullmatch(name)):
+            raise ValueError(
+                f"{name!r} is not a TRES this cluster tracks; use one of {', '.join(TRES_NAMES)} "
+                "or gres/gpu:<type> (mem in MB)")
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ValueError(f"{name}: {count!r} is not a count; write a whole number >= 0")
+    return value
+
+
+Tres = Annotated[dict[str, int], BeforeValidator(_tres)]
+
+
+class Qos(Strict):
+    """A Slurm QOS (sacctmgr add qos): its priority and limits."""
+
+    name: SlurmAccountName
+    priority: Annotated[int, Field(ge=0, le=4_294_967_294)] = 0
+    grp_tres: Tres = {}  # all running jobs in this QOS together
+    max_tres_per_user: Tres = {}
+    max_tres_per_job: Tres = {}
+    max_jobs_per_user: Annotated[int, Field(ge=0)] | None = None
+    max_submit_jobs_per_user: Annotated[int, Field(ge=0)] | None = None
+    max_wall: str | None = None
+
+    @field_validator("max_wall")
+    @classmethod
+    def _slurm_time(cls, value: str | None) -> str | None:
+        if value is not None and not SLURM_TIME.fullmatch(value):
+            raise ValueError(f"{value!r} is not a Slurm time; use INFINITE, minutes, 'h:m:s' or 'd-h:m:s'")
+        return value
+
+
+class Account(Strict):
+    """A Slurm account: a node of the account tree under root, with its fair-share shares."""
+
+    name: SlurmAccountName
+    parent: SlurmAccountName = "root"
+    fairshare: Annotated[int, Field(ge=1, le=999_999_999)] = 1  # shares among its siblings
+    grp_tres: Tres = {}  # all running jobs of the account and its children together
+    max_tres_per_job: Tres = {}
+    max_jobs: Annotated[int, Field(ge=0)] | None = None  # running jobs per user in it
+    qos: list[SlurmAccountName] = []  # QOS its users may ask for (default: Slurm's normal)
+    default_qos: SlurmAccountName | None = None
+
+
+class AccountingUser(Strict):
+    """A user's associations: a default account and any others, with their shares."""
+
+    name: UserName
+    default_account: SlurmAccountName
+    accounts: list[SlurmAccountName] = []  # further accounts they may charge
+    fairshare: Annotated[int, Field(ge=1, le=999_999_999)] = 1
+    max_jobs: Annotated[int, Field(ge=0)] | None = None
+    grp_tres: Tres = {}
+
+
+class Priority(Strict):
+    """priority/multifactor, on whenever accounting is: the weights and fair-share decay."""
+
+    weight_fairshare: Annotated[int, Field(ge=0, le=4_294_967_294)] = 10000
+    weight_age: Annotated[int, Field(ge=0, le=4_294_967_294)] = 1000
+    weight_qos: Annotated[int, Field(ge=0, le=4_294_967_294)] = 1000
+    weight_job_size: Annotated[int, Field(ge=0, le=4_294_967_294)] = 0
+    weight_partition: Annotated[int, Field(ge=0, le=4_294_967_294)] = 0
+    decay_half_life: str = "7-0"  # PriorityDecayHalfLife
+    calc_period: Annotated[int, Field(ge=1, le=1440)] = 5  # PriorityCalcPeriod, minutes
+    max_age: str = "7-0"  # PriorityMaxAge
+
+    @field_validator("decay_half_life", "max_age")
+    @classmethod
+    def _slurm_time(cls, value: str) -> str:
+        if not SLURM_TIME.fullmatch(value):
+            raise ValueError(f"{value!r} is not a Slurm time; use minutes, 'h:m:s' or 'd-h[:m[:s]]', e.g. '7-0'")
+        return value
+
+
 class Accounting(Strict):
-    host: NodeName  # node running slurmdbd
+    """slurmdbd and its database, and the associations railyard keeps in it.
+
+    The spec is the whole truth: accounts, users and QOS it does not list are removed
+    (root and the QOS normal excepted)."""
+
+    host: NodeName  # node running slurmdbd (a controller, or a node of its own)
+    # MariaDB: the slurmdbd node itself (railyard installs it there) or a server the site runs
     storage_host: DnsName
+    storage_port: Annotated[int, Field(ge=1, le=65535)] = 3306
     storage_user: UserName = "slurm"
-    storage_password: SecretRef
+    storage_loc: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,63}$")] = "slurm_acct_db"
+    # default: generated once and kept as a Pulumi secret (a site's own DB names its own)
+    storage_password: SecretRef | None = None
+    # AccountingStorageEnforce: associations, limits, qos and safe make the limits apply
+    enforce: list[Literal["associations", "limits", "qos", "safe", "wckeys", "nojobs", "nosteps"]] = [
+        "associations", "limits", "qos", "safe"]
+    priority: Priority = Priority()
+    qos: list[Qos] = []
+    accounts: list[Account] = []
+    users: list[AccountingUser] = []
 
 
 class Slurm(Strict):

@@ -109,7 +109,7 @@ def test_topology_dot_and_svg(tmp_path):
 def test_inventory_json_is_the_script_format():
     data = json.loads(railyard("inventory", str(LAB), "--json", check=True).stdout)
     assert data["slurm_compute"]["hosts"] == ["gpu001", "gpu002", "gpu003", "gpu004"]
-    assert data["slurm"]["children"] == ["slurm_controller", "slurm_login", "slurm_compute"]
+    assert data["slurm"]["children"] == ["slurm_controller", "slurm_login", "slurm_compute", "slurmdbd"]
     hv = data["_meta"]["hostvars"]["gpu003"]
     assert hv["ansible_host"] == "railyard-lab-gpu003" and hv["railyard_fabric"] == {"spine": "spine", "su": "su2"}
     assert hv["railyard_gpus"]["devices"] == ["/dev/nvidia0", "/dev/nvidia1"]

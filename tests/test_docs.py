@@ -65,3 +65,27 @@ def test_user_guide_job_script_is_valid_bash(tmp_path):
 
 def test_readme_links_the_user_guide():
     assert "](docs/user-guide.md)" in (ROOT / "README.md").read_text()
+
+
+def test_user_guide_accounting_is_valid_and_renders_as_it_says():
+    """The guide's accounting, put into the dgx-h100 example, gives the lines and the
+    associations it describes."""
+    import json
+
+    import yaml
+
+    given = yaml.safe_load(_guide_block("Accounting, fair share and GPU limits", "yaml"))["partitions"]["slurm"]
+    spec = yaml.safe_load((ROOT / "inventories" / "dgx-h100" / "cluster.yaml").read_text())
+    spec["partitions"]["slurm"]["accounting"] = given["accounting"]
+    out = render(loads_plan(yaml.safe_dump(spec), "guide.yaml"))
+    conf = out["slurm/slurm.conf"].splitlines()
+    for line in ("AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageTRES=gres/gpu",
+                 "AccountingStorageEnforce=associations,limits,qos,safe", "PriorityType=priority/multifactor",
+                 "PriorityWeightFairshare=10000", "PriorityDecayHalfLife=7-0"):
+        assert line in conf, line
+    want = json.loads(out["accounting/associations.json"])
+    assert want["qos"]["capped"]["MaxTRESPerUser"] == "gres/gpu=8"
+    vision = next(a for a in want["accounts"] if a["name"] == "vision")
+    assert vision["parent"] == "research" and vision["options"]["GrpTRES"] == "gres/gpu=64"
+    bob = next(u for u in want["users"] if u["name"] == "bob")
+    assert list(bob["accounts"]) == ["speech", "vision"]

@@ -50,7 +50,10 @@ STEPS: tuple[Step, ...] = (
     Step("nfs_server", "nfs_server", ("common",), ("storage/exports", "storage/ganesha.conf"), "storage"),
     Step("nfs_client", "nfs_client", ("nfs_server",), ("storage/units/*",), "storage"),
     Step("lustre_client", "lustre_client", ("common",), ("storage/units/*", "storage/lustre.conf"), "storage"),
-    Step("slurm_controller", "slurm_controller", ("munge",), ("slurm/*",), "slurm"),
+    # slurmdbd and its database before slurmctld: with accounting, slurmctld reads its
+    # associations from slurmdbd, and the controller's role applies the spec's ones there.
+    Step("slurmdbd", "slurmdbd", ("munge",), (), "slurm", (("slurmdbd_storage_password", "slurmdbd"),)),
+    Step("slurm_controller", "slurm_controller", ("munge", "slurmdbd"), ("slurm/*", "accounting/*"), "slurm"),
     Step("enroot", "slurm_compute:slurm_login", ("common",), ("enroot/*",), "slurm"),
     # Pyxis' plugin before slurmd's first start: in configless mode slurmd fetches the
     # served plugstack.conf and pyxis.conf, loads the `required` plugin at start-up and exits
@@ -145,6 +148,19 @@ def _enroot_vars(plan: Plan) -> dict[str, Any]:
     return _package_vars("enroot", "enroot")(plan) | {"enroot_hooks_disabled": [] if cgroups else ["10-cgroups.sh"]}
 
 
+def _slurmdbd_vars(plan: Plan) -> dict[str, Any]:
+    """Where slurmdbd's database is: MariaDB on the slurmdbd node, installed by the role, or
+    a server the site runs (partitions.slurm.accounting.storage_host names another host)."""
+    slurm = plan.spec.partitions.slurm
+    acct = slurm.accounting if slurm is not None else None
+    if acct is None:
+        return {}
+    return {"slurmdbd_storage_host": "localhost" if acct.storage_host == acct.host else acct.storage_host,
+            "slurmdbd_mariadb": acct.storage_host == acct.host,
+            "slurmdbd_storage_port": acct.storage_port, "slurmdbd_storage_user": acct.storage_user,
+            "slurmdbd_storage_loc": acct.storage_loc}
+
+
 # Public role variables that come from the plan (the rest comes from the inventory and
 # the rendered artifacts). Enroot, Pyxis and the Lustre client are not in Debian: in the
 # lab a missing package is skipped with the reason printed, elsewhere it fails the role.
@@ -152,6 +168,7 @@ ROLE_VARS: dict[str, Callable[[Plan], dict[str, Any]]] = {
     "enroot": _enroot_vars,
     "pyxis": _package_vars("pyxis", "pyxis"),
     "lustre_client": _package_vars("lustre_client", "lustre"),
+    "slurmdbd": _slurmdbd_vars,
     **{role: _k8s_vars(role) for role in ("k8s_control_plane", "k8s_worker", "kueue", "volcano")},
 }
 
@@ -233,8 +250,8 @@ def group_hosts(plan: Plan, pattern: str) -> tuple[str, ...]:
             names = [h for child in inv.children[part] for h in inv.groups.get(child, ())]
         else:
             names = list(inv.groups.get(part, ()))
-        out += [h for h in names if h not in out]
-    return tuple(out)
+        out += names
+    return tuple(dict.fromkeys(out))  # a host in two of the groups (slurmdbd on a controller) once
 
 
 # Parts of a role that never reach a host: editing its tests must not re-run it on the cluster.

@@ -151,7 +151,8 @@ def members(inv: Inventory) -> dict[str, tuple[str, ...]]:
     """Hosts of every group, parent groups (slurm, kubernetes) included."""
     out = dict(inv.groups)
     for parent, kids in inv.children.items():
-        out[parent] = tuple(h for kid in kids for h in inv.groups[kid])
+        # a host in two of the kids (slurmdbd on a controller) is a member once
+        out[parent] = tuple(dict.fromkeys(h for kid in kids for h in inv.groups[kid]))
     return out
 
 

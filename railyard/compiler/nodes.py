@@ -16,8 +16,9 @@ from railyard.hostlist import HostlistError, expand
 from railyard.spec import Cluster, Hardware, NodeGroup, Provision
 
 # Roles a node can hold. A node's partition follows from them: slurm_* -> "slurm",
-# k8s_* -> "kubernetes"; storage roles belong to no partition.
-SLURM_ROLES = ("slurm_controller", "slurm_login", "slurm_compute")
+# k8s_* -> "kubernetes"; storage roles belong to no partition. slurmdbd (Slurm's accounting
+# daemon) runs on a controller or a node of its own.
+SLURM_ROLES = ("slurm_controller", "slurm_login", "slurm_compute", "slurmdbd")
 K8S_ROLES = ("k8s_control_plane", "k8s_worker")
 STORAGE_ROLES = ("nfs_server",)
 # A spare holds this role alone: the inventory group 'spare', in no scheduler.
@@ -146,6 +147,8 @@ def _roles_by_node(
         claim(slurm.login, "partitions.slurm.login", "slurm_login")
         for pi, part in enumerate(slurm.partitions):
             claim(part.nodes, f"partitions.slurm.partitions[{pi}].nodes", "slurm_compute")
+        if slurm.accounting is not None:
+            claim(slurm.accounting.host, "partitions.slurm.accounting.host", "slurmdbd")
     k8s = cluster.partitions.kubernetes
     if k8s is not None:
         claim(k8s.control_plane, "partitions.kubernetes.control_plane", "k8s_control_plane")
@@ -290,6 +293,14 @@ def _check_partitions(nodes: list[Node], problems: list[Problem]) -> None:
                     path,
                     f"node {node.name} is a Slurm compute node and also a controller/login node; "
                     "run slurmctld and logins on their own nodes",
+                )
+            )
+        if "slurm_compute" in node.roles and "slurmdbd" in node.roles:
+            problems.append(
+                Problem(
+                    "partitions.slurm.accounting.host",
+                    f"node {node.name} is a Slurm compute node; slurmdbd and its database run on a "
+                    "controller or a node of their own: name one there",
                 )
             )
         if "k8s_control_plane" in node.roles and "k8s_worker" in node.roles:

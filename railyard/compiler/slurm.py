@@ -45,6 +45,7 @@ class PartitionLine:
     def_mem_per_gpu: int | None
     topology: str | None
     grace_time: int | None = None
+    qos: str | None = None  # partition QOS
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,6 +339,7 @@ def compile_slurm(cluster: Cluster, nodes: list[Node], fabric: Fabric | None) ->
                 p.def_mem_per_gpu_mb,
                 p.topology,
                 p.grace_time,
+                p.qos,
             )
             for p in slurm.partitions
         ),

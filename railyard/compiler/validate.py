@@ -160,8 +160,110 @@ def _slurm(cluster: Cluster, nodes: dict[str, Node], fabric: Fabric | None, prob
                 "enroot.enabled: true (with a package) or pyxis.enabled: false",
             )
         )
-    if slurm.accounting is not None:
-        hostlist_field(slurm.accounting.host, f"{base}.accounting.host", nodes, problems)
+    _accounting(cluster, nodes, problems)
+
+
+def _tres_fields(owner: Any) -> list[tuple[str, dict[str, int]]]:
+    return [(f, getattr(owner, f)) for f in ("grp_tres", "max_tres_per_user", "max_tres_per_job")
+            if getattr(owner, f, None)]
+
+
+def _accounting(cluster: Cluster, nodes: dict[str, Node], problems: list[Problem]) -> None:
+    """Accounting's cross-field rules: where slurmdbd and its database are, and an account
+    tree, users and QOS that sacctmgr can hold as written."""
+    slurm = cluster.partitions.slurm
+    assert slurm is not None
+    base = "partitions.slurm"
+    acct = slurm.accounting
+    if acct is None:
+        for pi, part in enumerate(slurm.partitions):
+            if part.qos is not None:
+                problems.append(Problem(f"{base}.partitions[{pi}].qos",
+                                        "a partition QOS needs accounting: add partitions.slurm.accounting "
+                                        "(slurmdbd holds the QOS) or remove qos"))
+        return
+    path = f"{base}.accounting"
+    if acct.storage_host in nodes and acct.storage_host != acct.host:
+        problems.append(Problem(
+            f"{path}.storage_host",
+            f"{acct.storage_host} is a node of this spec but not the slurmdbd node ({acct.host}); railyard "
+            f"installs MariaDB on the slurmdbd node: set storage_host: {acct.host}, or name a database "
+            "server the site runs"))
+    gpu_types = {n.hardware.gpus.type for n in nodes.values() if "slurm_compute" in n.roles and n.hardware.gpus}
+    qos_names = [q.name for q in acct.qos]
+    _unique(qos_names, f"{path}.qos", "QOS", problems)
+    known_qos = {*qos_names, "normal"}  # normal: the QOS Slurm always has
+    limits_given = False
+    owners = ([(f"{path}.qos[{i}]", q) for i, q in enumerate(acct.qos)]
+              + [(f"{path}.accounts[{i}]", a) for i, a in enumerate(acct.accounts)]
+              + [(f"{path}.users[{i}]", u) for i, u in enumerate(acct.users)])
+    for where, owner in owners:
+        tres = _tres_fields(owner)
+        limits_given |= bool(tres) or any(getattr(owner, f, None) is not None
+                                          for f in ("max_jobs", "max_jobs_per_user", "max_submit_jobs_per_user"))
+        for field, limits in tres:
+            for name in limits:
+                if name.startswith("gres/gpu") and not gpu_types:
+                    problems.append(Problem(f"{where}.{field}", f"limits {name}, but no Slurm compute node has "
+                                            "GPUs: remove the GPU limit or give the nodes hardware.gpus"))
+                elif name.startswith("gres/gpu:") and name.split(":", 1)[1] not in gpu_types:
+                    problems.append(Problem(f"{where}.{field}", f"{name}: no Slurm compute node has GPUs of type "
+                                            f"{name.split(':', 1)[1]!r}; use one of {', '.join(sorted(gpu_types))}"))
+    if limits_given and "limits" not in acct.enforce:
+        problems.append(Problem(f"{path}.enforce", "limits are given but enforce lacks 'limits', so Slurm would "
+                                "not apply them: add 'limits' (and 'associations', 'qos', 'safe')"))
+
+    accounts = {a.name: a for a in acct.accounts}
+    _unique([a.name for a in acct.accounts], f"{path}.accounts", "account", problems)
+    for i, a in enumerate(acct.accounts):
+        where = f"{path}.accounts[{i}]"
+        if a.name == "root":
+            problems.append(Problem(f"{where}.name", "root is Slurm's own top account; name yours otherwise "
+                                    "(accounts without a parent sit under root)"))
+        if a.parent != "root" and a.parent not in accounts:
+            problems.append(Problem(f"{where}.parent", f"account '{a.parent}' is not in accounting.accounts; "
+                                    "add it, or leave parent out to put this account under root"))
+        for qi, q in enumerate(a.qos):
+            if q not in known_qos:
+                problems.append(Problem(f"{where}.qos[{qi}]", f"QOS '{q}' is not in accounting.qos; add it there"))
+        if a.default_qos is not None:
+            if a.default_qos not in known_qos:
+                problems.append(Problem(f"{where}.default_qos", f"QOS '{a.default_qos}' is not in accounting.qos; "
+                                        "add it there"))
+            elif a.qos and a.default_qos not in a.qos:
+                problems.append(Problem(f"{where}.default_qos", f"'{a.default_qos}' is not among the account's qos "
+                                        f"({', '.join(a.qos)}): add it there"))
+    _tree_cycles(acct.accounts, f"{path}.accounts", "accounts", "Slurm accounts are a tree under root", problems)
+
+    first: dict[str, int] = {}
+    for i, u in enumerate(acct.users):
+        where = f"{path}.users[{i}]"
+        if u.name in first:
+            other = acct.users[first[u.name]]
+            problems.append(Problem(
+                where, f"user '{u.name}' is listed twice (users[{first[u.name]}] too, default accounts "
+                f"'{other.default_account}' and '{u.default_account}'); a user has one default account: list "
+                "them once, with their other accounts under accounts"))
+            continue
+        first[u.name] = i
+        for field, names in (("default_account", [u.default_account]), ("accounts", u.accounts)):
+            for name in names:
+                if name not in accounts:
+                    problems.append(Problem(f"{where}.{field}", f"account '{name}' is not in accounting.accounts; "
+                                            "add it there"))
+    for pi, part in enumerate(slurm.partitions):
+        if part.qos is None:
+            continue
+        where = f"{base}.partitions[{pi}].qos"
+        q = next((q for q in acct.qos if q.name == part.qos), None)
+        if q is None:
+            problems.append(Problem(where, f"QOS '{part.qos}' is not in accounting.qos; add it there"))
+            continue
+        gpu_limited = [f for f, limits in _tres_fields(q) if any(n.startswith("gres/gpu") for n in limits)]
+        names = hostlist_field(part.nodes, f"{base}.partitions[{pi}].nodes", nodes, [])
+        if gpu_limited and not any(nodes[n].hardware.gpus for n in names if n in nodes):
+            problems.append(Problem(where, f"QOS '{q.name}' limits GPUs ({', '.join(gpu_limited)}), but partition "
+                                    f"'{part.name}' has no node with GPUs: give it a QOS without GPU limits"))
 
 
 # Slurm 25.05 accepts a block with fewer nodes than the base block size (SchedMD commits
@@ -212,7 +314,7 @@ def _kubernetes(cluster: Cluster, nodes: list[Node], fabric: Fabric | None, prob
     _unique([q.name for q in kueue.cluster_queues], f"{base}.kueue.cluster_queues", "cluster queue", problems)
     _unique([f"{q.namespace}/{q.name}" for q in kueue.local_queues], f"{base}.kueue.local_queues", "local queue", problems)
     _unique([q.name for q in k8s.volcano.queues], f"{base}.volcano.queues", "queue", problems)
-    _cohort_cycles(kueue.cohorts, f"{base}.kueue.cohorts", problems)
+    _tree_cycles(kueue.cohorts, f"{base}.kueue.cohorts", "cohorts", "Kueue cohorts are a tree", problems)
     cqs = {q.name: q for q in kueue.cluster_queues}
     for i, lq in enumerate(kueue.local_queues):
         if lq.cluster_queue not in cqs:
@@ -324,12 +426,13 @@ def _agents(cluster: Cluster, nodes: list[Node], problems: list[Problem]) -> Non
             ))
 
 
-def _cohort_cycles(cohorts: list, path: str, problems: list[Problem]) -> None:
-    """Kueue cohorts form a tree: a parent chain that comes back to where it started is refused."""
-    parent = {c.name: c.parent for c in cohorts}
-    index = {c.name: i for i, c in enumerate(cohorts)}
+def _tree_cycles(items: list, path: str, what: str, rule: str, problems: list[Problem]) -> None:
+    """Kueue cohorts and Slurm accounts form trees: a parent chain that comes back to where
+    it started is refused, once per cycle."""
+    parent = {c.name: c.parent for c in items}
+    index = {c.name: i for i, c in enumerate(items)}
     reported: set[str] = set()
-    for c in cohorts:
+    for c in items:
         chain = [c.name]
         while (nxt := parent.get(chain[-1])) is not None and nxt in parent:
             if nxt in chain:
@@ -341,7 +444,7 @@ def _cohort_cycles(cohorts: list, path: str, problems: list[Problem]) -> None:
                     problems.append(
                         Problem(
                             f"{path}[{index[first]}].parent",
-                            f"cohorts form a cycle ({loop}); Kueue cohorts are a tree: remove one parent",
+                            f"{what} form a cycle ({loop}); {rule}: remove one parent",
                         )
                     )
                 break

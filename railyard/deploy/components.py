@@ -26,6 +26,7 @@ from railyard.deploy.providers.playbook import Playbook
 from railyard.drivers import PodmanNode, RedfishNode, to_props
 
 MUNGE_KEY_BYTES = 1024  # what `mungekey` makes by default
+SLURMDBD_PASSWORD_BYTES = 32
 
 
 @dataclass
@@ -130,6 +131,13 @@ class SlurmPartition(pulumi.ComponentResource):
         else:
             key = Key("munge-key", "munge", MUNGE_KEY_BYTES, opts=pulumi.ResourceOptions(parent=self))
             ctx.secrets["munge"] = key.value
+        acct = slurm.accounting if slurm is not None else None
+        if acct is not None and acct.storage_password is not None:
+            ctx.secrets["slurmdbd"] = resolve_output(acct.storage_password.ref)
+        elif acct is not None:
+            # hex: a password slurmdbd.conf and MariaDB both take as it is
+            ctx.secrets["slurmdbd"] = Key("slurmdbd-password", "slurmdbd", SLURMDBD_PASSWORD_BYTES, "hex",
+                                          opts=pulumi.ResourceOptions(parent=self)).value
 
     def finish(self, ctx: Context) -> None:
         s = ctx.plan.slurm

@@ -647,6 +647,9 @@ def spec_secrets(plan: Plan) -> dict[str, str]:
         kind, _ = parse_ref(slurm.munge_key.ref)
         if kind != "pulumi":
             out["munge"] = resolve(slurm.munge_key.ref)
+    acct = slurm.accounting if slurm is not None else None
+    if acct is not None and acct.storage_password is not None and parse_ref(acct.storage_password.ref)[0] != "pulumi":
+        out["slurmdbd"] = resolve(acct.storage_password.ref)
     return out
 
 

@@ -40,7 +40,7 @@ from railyard.drivers.podman import cleanup, labelled
 from railyard.load import load_plan
 from railyard.render import render
 from tests.conftest import LAB, ROOT
-from tests.support import faults, pyxis
+from tests.support import accounting, faults, pyxis
 from tests.support.topology import expected_topology, observed_topology
 
 pytestmark = [pytest.mark.e2e, pytest.mark.podman]
@@ -373,6 +373,41 @@ def test_pyxis_runs_real_containers_on_4_nodes(stack: dict) -> None:
     print(f"\nsrun -N4 in a container: {t_container} s; the same without: {t_plain} s (podman exec included)")
 
 
+def _accounting() -> accounting.Cluster:
+    spec = yaml.safe_load(LAB.read_text())
+    slurm = spec["partitions"]["slurm"]
+    nodes = [*NodeSet(slurm["controllers"]), *NodeSet(slurm["login"]),
+             *(n for p in slurm["partitions"] for n in NodeSet(p["nodes"]))]
+    c = accounting.Cluster(login="railyard-lab-login1", nodes=nodes, container=lambda n: f"railyard-{CLUSTER}-{n}",
+                           accounting=slurm["accounting"])
+    c.ensure_users(next(iter(NodeSet(slurm["controllers"]))))
+    return c
+
+
+@pytest.mark.timeout(180)
+def test_sacct_records_a_users_gpus_and_a_gpu_limit_holds_with_the_qos_reason(stack: dict) -> None:
+    """slurmdbd on the controller records alice's finished job with her account and its
+    gres/gpu TRES; the spec's QOS capped holds her GPU job beyond the cap (QOSMaxGRESPerUser)
+    while bob's identical job runs, and releases it when her first job ends."""
+    c = _accounting()
+    t0 = time.monotonic()
+    row = accounting.sacct_records_gpus(c, "alice")
+    reason = accounting.gpu_limit_holds_then_frees(c, "alice", "bob", "capped")
+    TIMES["accounting_checks_s"] = round(time.monotonic() - t0, 1)
+    print(f"\nsacct: {row}\nheld: JobState={reason.get('JobState')} Reason={reason.get('Reason')}")
+
+
+@pytest.mark.timeout(420)  # usage, up to two PriorityCalcPeriods (1 min in the lab), the queue
+def test_fair_share_starts_the_larger_share_first(stack: dict) -> None:
+    """team-a and team-b have shares 3:1 in the spec; after equal use, bob's (team-b) job
+    submitted first waits while alice's (team-a) submitted after it starts first."""
+    c = _accounting()
+    t0 = time.monotonic()
+    got = accounting.fair_share_orders_the_queue(c, heavy="alice", light="bob", partition_nodes=4)
+    TIMES["fair_share_s"] = round(time.monotonic() - t0, 1)
+    print(f"\nfair share: {json.dumps(got, indent=1)}")
+
+
 @pytest.mark.timeout(420)  # two pods started (up to 90 s each), then logs and exec on each
 def test_kubernetes_partition_serves_the_plan(stack: dict) -> None:
     """pulumi up leaves a control plane whose workers are Ready with the plan's labels, each
@@ -695,6 +730,25 @@ def test_injected_drift_is_found_and_remediated(stack: dict) -> None:
     assert (code, doc["findings"], doc["errors"]) == (0, [], []), doc
     proc = _podman("exec", "railyard-lab-login1", "srun", "-N4", "hostname", check=False)
     assert proc.returncode == 0 and sorted(proc.stdout.split()) == ["gpu001", "gpu002", "gpu003", "gpu004"], proc
+
+
+@pytest.mark.timeout(300 + 2 * DRIFT_CHECK_S)
+def test_a_stopped_slurmdbd_is_found_and_restarted(stack: dict) -> None:
+    """slurmdbd stopped on the controller: the check names the unit and says the
+    associations cannot be read; `railyard up` starts it, and the next check is clean."""
+    fault = faults.SLURMDBD_STOPPED
+    fault.inject()
+    code, doc = _drift(stack, "drift_slurmdbd_stopped_s")
+    found = _findings(doc)
+    assert code == 2 and doc["errors"] == [], doc
+    assert faults.missed(found, [fault]) == [] and faults.unexplained(found, [fault]) == [], \
+        "\n".join(f.line for f in found)
+    up = _timed("up_slurmdbd_s", lifecycle.up, CLUSTER, work_dir=stack["work"], on_output=stack["log"])
+    assert up.summary.result == "succeeded", stack["log"].tail()
+    code, doc = _drift(stack, "drift_after_slurmdbd_s")
+    assert (code, doc["findings"], doc["errors"]) == (0, [], []), doc
+    proc = _podman("exec", "railyard-lab-login1", "sacctmgr", "-nP", "show", "qos", "capped", "format=MaxTRESPU")
+    assert proc.stdout.strip() == "gres/gpu=2", proc  # the spec's limit, restored in the batch above
 
 
 @pytest.mark.timeout(600)  # destroy, and the module's teardown after it

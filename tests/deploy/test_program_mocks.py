@@ -162,6 +162,7 @@ def test_every_role_of_the_table_is_a_playbook_on_its_group(lab_graph: list[Regi
     assert hosts["nfs_server"] == ["nfs1"]
     assert len(hosts["common"]) == 10
     assert sorted(hosts["munge"]) == ["ctl1", "gpu001", "gpu002", "gpu003", "gpu004", "login1"]
+    assert hosts["slurmdbd"] == ["ctl1"]  # partitions.slurm.accounting.host
     assert hosts["k8s_control_plane"] == hosts["kueue"] == hosts["volcano"] == ["kcp1"]
     assert hosts["k8s_worker"] == ["kw1", "kw2"]
 
@@ -202,6 +203,15 @@ def test_secrets_are_secret(lab_graph: list[Registered]) -> None:
         assert "bW9jaw==" not in json.dumps(_plain(pb.inputs))
 
 
+def test_the_database_password_is_generated_once_as_a_secret_for_slurmdbd_only(lab_graph: list[Registered]) -> None:
+    key = _by(lab_graph, KEY)["slurmdbd-password"]
+    assert key.secret_outputs == ["value"] and key.inputs["encoding"] == "hex" and key.inputs["length"] == 32
+    pbs = _by(lab_graph, PLAYBOOK)
+    assert _is_secret(pbs["slurmdbd"].inputs["secret_vars"])
+    assert "slurmdbd_storage_password" in json.dumps(pbs["slurmdbd"].inputs)
+    assert not any("slurmdbd_storage_password" in json.dumps(pb.inputs) for name, pb in pbs.items() if name != "slurmdbd")
+
+
 def test_lab_nodes_carry_the_plan(lab_graph: list[Registered]) -> None:
     nodes = _by(lab_graph, NODE)
     gpu = nodes["gpu001"].inputs
@@ -237,7 +247,8 @@ def test_missing_roles_are_skipped_and_order_holds(tmp_path: Path) -> None:
 
 def test_redfish_passwords_are_secret(tmp_path: Path) -> None:
     spec = ROOT / "inventories" / "dgx-h100" / "cluster.yaml"
-    graph = run_program(spec, _fake_root(tmp_path), {"railyard:bmcPassword": "hunter2"}, ["railyard:bmcPassword"])
+    graph = run_program(spec, _fake_root(tmp_path), {"railyard:bmcPassword": "hunter2", "railyard:slurmdbdPassword": "x"},
+                        ["railyard:bmcPassword", "railyard:slurmdbdPassword"])
     redfish = [r for r in _by(graph, NODE).values() if r.inputs.get("driver") == "redfish"]
     assert redfish
     for node in redfish:

@@ -381,7 +381,8 @@ def _with_agent(doc: dict, agent: str) -> None:
 
 LAB_MOUNTS = (("shared.mount", "enabled", "nfs_client"), ("home.mount", "enabled", "nfs_client"))
 LAB_UNITS = {  # the lab, every role that keeps a unit, configless, real kubelets: written out
-    "ctl1": (("munge.service", "active", "munge"), ("slurmctld.service", "active", "slurm_controller"), *LAB_MOUNTS),
+    "ctl1": (("munge.service", "active", "munge"), ("slurmdbd.service", "active", "slurmdbd"),
+             ("mariadb.service", "active", "slurmdbd"), ("slurmctld.service", "active", "slurm_controller"), *LAB_MOUNTS),
     "login1": (("munge.service", "active", "munge"), ("sackd.service", "active", "slurm_login"), *LAB_MOUNTS),
     **{f"gpu00{i}": (("munge.service", "active", "munge"), ("slurmd.service", "active", "slurm_compute"), *LAB_MOUNTS)
        for i in range(1, 5)},

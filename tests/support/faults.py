@@ -138,6 +138,20 @@ FAULTS: tuple[Fault, ...] = (
         "if timeout 60 sinfo -h >/dev/null 2>&1; then echo 'sinfo still reaches slurmctld' >&2; exit 1; fi",
         (_files("login1", "file_unexpected", f"login1: {SLURM_CONF} should not exist (the plan removes it)"),),
     ),
+    # Accounting, edited with sacctmgr as an operator would: the controller's role reads
+    # slurmdbd's associations and shows every line that differs from the spec.
+    Fault(
+        "QOS limit edited by hand", "ctl1",
+        "sacctmgr -i modify qos where name=capped set MaxTRESPerUser=gres/gpu=8\n"
+        "sacctmgr -nP show qos capped format=MaxTRESPU | grep -qx 'gres/gpu=8'",
+        (_files("ctl1", "file_changed", "ctl1: slurmdbd associations of cluster lab differs from the plan"),),
+    ),
+    Fault(
+        "account added by hand", "ctl1",
+        "sacctmgr -i add account rogue cluster=lab\n"
+        "sacctmgr -nP show account rogue format=Account | grep -qx rogue",
+        (_files("ctl1", "file_changed", "ctl1: slurmdbd associations of cluster lab differs from the plan"),),
+    ),
     Fault(
         "NFS export changed", "nfs1",
         # the first export only (the lab exports /export/shared and /export/home)
@@ -236,6 +250,16 @@ FAULTS: tuple[Fault, ...] = (
         may=(Want("files", "kw1", "unreachable"),),
         host_cmd=("podman", "rm", "--force", container("kw1")),
     ),
+)
+
+
+# Found by itself (tests/deploy/test_lab_stack.py): with slurmdbd down, the associations
+# the faults above edit cannot be read.
+SLURMDBD_STOPPED = Fault(
+    "slurmdbd stopped", "ctl1", "systemctl stop slurmdbd",
+    (Want("nodes", "ctl1", "unit_inactive", "slurmdbd.service is inactive"),
+     _files("ctl1", "service", "service slurmdbd is inactive"),
+     _files("ctl1", "task_changed", "slurmdbd does not answer")),
 )
 
 

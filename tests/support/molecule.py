@@ -14,7 +14,8 @@ so molecule renders the lab spec with ONLY ``network.management.cidr`` moved
 * creates the podman network :data:`NETWORK` with the variant's subnet (molecule's podman
   driver cannot set a subnet, so platforms join it with ``--network`` in ``extra_opts``
   and the driver never creates or deletes it);
-* generates a munge key for this run (``.railyard/molecule/munge.key``, mode 0600, never
+* generates a munge key and a slurmdbd database password for this run (``.railyard/molecule/munge.key``,
+  ``slurmdbd.password``, mode 0600, never
   committed, never printed) unless one exists; ``clean`` removes key and network.
 """
 
@@ -40,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LAB_SPEC = ROOT / "inventories" / "lab" / "cluster.yaml"
 STATE = Path(os.environ.get("RAILYARD_MOLECULE_STATE") or ROOT / ".railyard" / "molecule")
 MUNGE_KEY = STATE / "munge.key"
+SLURMDBD_PASSWORD = STATE / "slurmdbd.password"
 # Overridable so that two checkouts (or CI jobs) on one machine can run side by side: give
 # each its own network, subnet, state dir and podman store (a `podman --root ...` wrapper
 # first on PATH); node names stay the plan's, so one podman store runs one scenario at a time.
@@ -157,10 +159,8 @@ def write_host_vars(plan: Any, out: Path) -> None:
 
 
 def plan_summary(variant: str = "lab") -> dict[str, Any]:
-    path = artifacts_dir(variant) / "plan.json"
-    if not path.exists():
-        render(variant)
-    return json.loads(path.read_text())
+    # rendered every time: a render left by an earlier checkout or spec would be compared
+    return json.loads((render(variant) / "plan.json").read_text())
 
 
 # --- podman / key -----------------------------------------------------------------------
@@ -204,14 +204,23 @@ def ensure_network(cidr: str = MOLECULE_CIDR) -> None:
     )
 
 
-def ensure_munge_key() -> Path:
-    """A fresh random key per run; the file is never printed."""
+def _secret_file(path: Path, value: str) -> Path:
+    """A per-run secret, mode 0600 from its creation; never printed."""
     STATE.mkdir(parents=True, exist_ok=True)
-    if not MUNGE_KEY.exists():
-        fd = os.open(MUNGE_KEY, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as fh:
-            fh.write(base64.b64encode(secrets.token_bytes(1024)).decode())
-    return MUNGE_KEY
+            fh.write(value)
+    return path
+
+
+def ensure_munge_key() -> Path:
+    return _secret_file(MUNGE_KEY, base64.b64encode(secrets.token_bytes(1024)).decode())
+
+
+def ensure_slurmdbd_password() -> Path:
+    """The database password, as `railyard up` generates it (hex, 32 bytes)."""
+    return _secret_file(SLURMDBD_PASSWORD, secrets.token_bytes(32).hex())
 
 
 def prepare(variant: str = "lab") -> Path:
@@ -224,12 +233,14 @@ def prepare(variant: str = "lab") -> Path:
     out = render(variant)
     ensure_network()
     ensure_munge_key()
+    ensure_slurmdbd_password()
     return out
 
 
 def clean() -> None:
     """Drop the per-run key and the network (when no container uses it any more)."""
     MUNGE_KEY.unlink(missing_ok=True)
+    SLURMDBD_PASSWORD.unlink(missing_ok=True)
     if shutil.which("podman") is None:
         return
     users = subprocess.run(

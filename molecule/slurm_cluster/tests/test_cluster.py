@@ -22,8 +22,8 @@ import testinfra
 import yaml
 from ClusterShell.NodeSet import NodeSet
 
+from tests.support import accounting, pyxis
 from tests.support import molecule as support
-from tests.support import pyxis
 from tests.support.topology import expected_blocks
 from tests.support.verify import ARTIFACTS, VARIANT
 
@@ -445,3 +445,46 @@ def test_configless_change_reaches_every_node_by_reconfigure():
                            "&& scontrol reconfigure", "slurmctld")
         rendered = hashlib.sha256((ARTIFACTS / "slurm/slurm.conf").read_bytes()).hexdigest()
         wait_for(lambda: (all(_sha(n, f"{CACHE}/slurm.conf") == rendered for n in nodes), None), timeout=60)
+
+
+# Accounting with real users (tests/support/accounting.py; the Pulumi lab runs the same
+# checks and the fair-share order): slurmdbd and MariaDB on the controller, the spec's
+# associations applied by the controller's role. No shared /home here: each user's home is
+# made on every node. The users, their accounts and the QOS come from the spec's YAML.
+@pytest.fixture(scope="module")
+def accounts():
+    acct = SPEC_SLURM["accounting"]
+    cluster = accounting.Cluster(login=LOGIN, nodes=[CONTROLLER, LOGIN, *COMPUTE], container=lambda node: node,
+                                 accounting=acct)
+    cluster.ensure_users(CONTROLLER)
+    for node in COMPUTE:
+        for user in cluster.users():
+            run_ok(node, f"mkdir -p /home/{user} && chown {user}:{user} /home/{user}")
+    return cluster
+
+
+def test_the_cluster_and_the_specs_associations_are_in_slurmdbd(accounts):
+    acct = SPEC_SLURM["accounting"]
+    clusters = run_ok(CONTROLLER, "sacctmgr -nP show cluster format=Cluster").split()
+    assert clusters == [support.VARIANTS[VARIANT]()["cluster"]["name"]]
+    rows = run_ok(CONTROLLER, "sacctmgr -nP show association format=Account,User,ParentName,Fairshare").splitlines()
+    got = {(a, u): (p, f) for a, u, p, f in (r.split("|") for r in rows)}
+    for a in acct["accounts"]:
+        assert got[(a["name"], "")] == (a.get("parent", "root"), str(a.get("fairshare", 1))), rows
+    for u in acct["users"]:
+        assert (u["default_account"], u["name"]) in got, rows
+    qos = run_ok(CONTROLLER, "sacctmgr -nP show qos format=Name,MaxTRESPU").splitlines()
+    for q in acct["qos"]:
+        want = ",".join(f"{k}={v}" for k, v in sorted(q.get("max_tres_per_user", {}).items()))
+        assert f"{q['name']}|{want}" in qos, qos
+
+
+@pytest.mark.timeout(120)
+def test_sacct_records_a_users_job_with_its_gpus(accounts):
+    print("sacct:", accounting.sacct_records_gpus(accounts, "alice"))
+
+
+@pytest.mark.timeout(180)
+def test_a_user_over_their_gpu_limit_waits_with_the_qos_reason(accounts):
+    got = accounting.gpu_limit_holds_then_frees(accounts, "alice", "bob", "capped")
+    print(f"held: JobState={got.get('JobState')} Reason={got.get('Reason')}")

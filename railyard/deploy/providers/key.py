@@ -18,6 +18,9 @@ from pulumi.dynamic import CheckFailure, CreateResult, ReadResult, Resource, Upd
 from railyard.deploy.providers.base import Provider
 
 STATE_KEYS = ("value",)
+# How the bytes are written: base64 (a munge key, decoded on the node) or hex (a password
+# that slurmdbd.conf and MariaDB take as it is).
+ENCODINGS = {"base64": lambda b: base64.b64encode(b).decode(), "hex": bytes.hex}
 
 
 class KeyProvider(Provider):
@@ -27,13 +30,15 @@ class KeyProvider(Provider):
         length = news.get("length")  # numbers arrive as floats (protobuf Struct): 1024.0
         if not isinstance(length, (int, float)) or length != int(length) or not 32 <= length <= 65536:
             return [CheckFailure("length", f"length must be 32..65536 bytes, got {length!r}")]
+        if news.get("encoding", "base64") not in ENCODINGS:
+            return [CheckFailure("encoding", f"encoding must be one of {', '.join(ENCODINGS)}")]
         return []
 
     def replaces(self, changed: list[str], olds: dict[str, Any], news: dict[str, Any]) -> list[str]:
         return changed
 
     def create(self, props: dict[str, Any]) -> CreateResult:
-        value = base64.b64encode(secrets.token_bytes(int(props["length"]))).decode()
+        value = ENCODINGS[props.get("encoding") or "base64"](secrets.token_bytes(int(props["length"])))
         return CreateResult(props["purpose"], self.outputs(props, {"value": value}))
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
@@ -44,11 +49,14 @@ class KeyProvider(Provider):
 
 
 class Key(Resource, module="railyard/secrets", name="Key"):
-    """``value`` is the key, base64-encoded; always a secret Output."""
+    """``value`` is the key, base64-encoded (or hex); always a secret Output."""
 
     value: pulumi.Output[str]
 
-    def __init__(self, name: str, purpose: str, length: int = 1024,
+    def __init__(self, name: str, purpose: str, length: int = 1024, encoding: str = "base64",
                  opts: pulumi.ResourceOptions | None = None) -> None:
         opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(additional_secret_outputs=["value"]))
-        super().__init__(KeyProvider(), name, {"purpose": purpose, "length": length, "value": None}, opts)
+        props = {"purpose": purpose, "length": length, "value": None}
+        if encoding != "base64":  # absent for base64: the munge keys made before stay as they are
+            props["encoding"] = encoding
+        super().__init__(KeyProvider(), name, props, opts)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import testinfra
 
+from tests.support import molecule as support
 from tests.support.verify import assert_running, assert_slurm_files, journal
 
 NODE = "ctl1"
@@ -35,3 +36,17 @@ def test_daemon_is_not_the_emulator():
 def test_partition_from_plan():
     out = HOST.run("sinfo -h -o '%R %D'").stdout.split()
     assert out[:2] == ["gpu", "4"], out
+
+
+def test_the_specs_accounts_qos_and_users_are_in_slurmdbd():
+    """The lab spec's accounting (its YAML, not the render) is what sacctmgr shows."""
+    acct = support.lab_spec()["partitions"]["slurm"]["accounting"]
+    rows = HOST.run("sacctmgr -nP show association where cluster=lab format=Account,User,ParentName,Fairshare")
+    assert rows.rc == 0, rows.stderr
+    got = {tuple(r.split("|")) for r in rows.stdout.splitlines()}
+    for a in acct["accounts"]:
+        assert (a["name"], "", a.get("parent", "root"), str(a.get("fairshare", 1))) in got, got
+    assert {(u["default_account"], u["name"]) for u in acct["users"]} <= {(a, u) for a, u, *_ in got}
+    qos = HOST.run("sacctmgr -nP show qos format=Name").stdout.split()
+    assert sorted(qos) == sorted({"normal", *(q["name"] for q in acct["qos"])}), qos
+    assert "AccountingStorageType=accounting_storage/slurmdbd" in HOST.run("scontrol show config").stdout.replace(" ", "")
