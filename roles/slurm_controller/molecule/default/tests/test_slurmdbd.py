@@ -1,22 +1,22 @@
-"""slurmdbd on ctl1 with MariaDB beside it: both daemons up, slurmdbd.conf 0600 slurm,
-the accounting database built by slurmdbd itself, the password nowhere readable or
-logged, bad passwords refused without being shown, and a new password taken in one run."""
+"""The slurmdbd role, converged here before slurm_controller as `railyard up` orders it
+(slurmctld needs it): slurmdbd and MariaDB up on ctl1, slurmdbd.conf 0600 slurm, the
+accounting database built by slurmdbd itself, the password nowhere readable or logged, bad
+passwords refused without being shown, and a new password taken in one run. The password is
+the per-run secret the molecule dependency step writes (tests/support/molecule.py)."""
 
 from __future__ import annotations
 
 import shlex
-from pathlib import Path
 
 import pytest
 import testinfra
-import yaml
 
+from tests.support import molecule as support
 from tests.support.verify import assert_running, journal, run_role
 
 NODE = "ctl1"
 HOST = testinfra.get_host(f"podman://{NODE}")
-CONVERGE = Path(__file__).resolve().parent.parent / "converge.yml"
-PASSWORD = yaml.safe_load(CONVERGE.read_text())[0]["vars"]["slurmdbd_storage_password"]
+PASSWORD = support.SLURMDBD_PASSWORD.read_text()
 CONF = "/etc/slurm/slurmdbd.conf"
 DB = "slurm_acct_db"
 
