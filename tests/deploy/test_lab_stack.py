@@ -747,7 +747,7 @@ def test_a_stopped_slurmdbd_is_found_and_restarted(stack: dict) -> None:
     assert up.summary.result == "succeeded", stack["log"].tail()
     code, doc = _drift(stack, "drift_after_slurmdbd_s")
     assert (code, doc["findings"], doc["errors"]) == (0, [], []), doc
-    proc = _podman("exec", "railyard-lab-login1", "sacctmgr", "-nP", "show", "qos", "capped", "format=MaxTRESPU")
+    proc = _podman("exec", faults.container("ctl1"), "sacctmgr", "-nP", "show", "qos", "capped", "format=MaxTRESPU")
     assert proc.stdout.strip() == "gres/gpu=2", proc  # the spec's limit, restored in the batch above
 
 
