@@ -434,6 +434,16 @@ def _tres(value: Any) -> Any:
 Tres = Annotated[dict[str, int], BeforeValidator(_tres)]
 
 
+def _shares(value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool) and value < 1:
+        raise ValueError(f"{value} shares: fairshare is the shares among siblings in Slurm's Fair Tree, a whole "
+                         "number of at least 1 (an association with none would never be preferred); write 1 or more")
+    return value
+
+
+Shares = Annotated[int, BeforeValidator(_shares), Field(ge=1, le=999_999_999)]
+
+
 class Qos(Strict):
     """A Slurm QOS (sacctmgr add qos): its priority and limits."""
 
@@ -459,7 +469,7 @@ class Account(Strict):
 
     name: SlurmAccountName
     parent: SlurmAccountName = "root"
-    fairshare: Annotated[int, Field(ge=1, le=999_999_999)] = 1  # shares among its siblings
+    fairshare: Shares = 1  # shares among its siblings
     grp_tres: Tres = {}  # all running jobs of the account and its children together
     max_tres_per_job: Tres = {}
     max_jobs: Annotated[int, Field(ge=0)] | None = None  # running jobs per user in it
@@ -473,7 +483,7 @@ class AccountingUser(Strict):
     name: UserName
     default_account: SlurmAccountName
     accounts: list[SlurmAccountName] = []  # further accounts they may charge
-    fairshare: Annotated[int, Field(ge=1, le=999_999_999)] = 1
+    fairshare: Shares = 1
     max_jobs: Annotated[int, Field(ge=0)] | None = None
     grp_tres: Tres = {}
 

@@ -121,7 +121,7 @@ def test_a_qos_naming_an_unknown_tres_is_refused(lab):
 @pytest.mark.parametrize("shares", [0, -3])
 def test_shares_below_one_are_refused(lab, shares):
     _acct(lab)["accounts"][1]["fairshare"] = shares
-    assert "greater than or equal to 1" in _refused(lab, "partitions.slurm.accounting.accounts[1].fairshare")
+    assert f"{shares} shares" in _refused(lab, "partitions.slurm.accounting.accounts[1].fairshare")
 
 
 def test_a_gpu_limit_on_a_partition_without_gpus_is_refused(lab):
@@ -325,3 +325,17 @@ def test_the_tres_the_limits_name_are_known_before_anything_is_set(lab):
     assert assoc.named_tres(want) == {"gres/gpu"}
     fake = FakeSacctmgr({"tres": "cpu|\nmem|\nenergy|\nnode|\nbilling|\nfs|disk\ngres|gpu\ngres|gpumem\n"})
     assert {"cpu", "gres/gpu", "fs/disk"} <= assoc.known_tres(assoc.Sacctmgr("sacctmgr", run=fake))
+
+
+def test_many_users_take_a_few_commands_and_defaults_are_not_set_again(lab):
+    """250 users of one account: 3 adds of at most 100 names; the 10 with shares 2 one
+    modify; nobody gets a modify for what a new association has anyway (Fairshare=1)."""
+    _acct(lab)["users"] = [{"name": f"u{i:03}", "default_account": "team-a", "fairshare": 2 if i < 10 else 1}
+                           for i in range(250)]
+    cmds = [c for c in assoc.plan(_want(lab), EMPTY)[0] if c[1] == "user"]
+    adds = [c for c in cmds if c[0] == "add"]
+    assert [len(c[2].split(",")) for c in adds] == [100, 100, 50]
+    assert all(c[3:] == ["account=team-a", "cluster=lab", "defaultaccount=team-a"] for c in adds)
+    mods = [c for c in cmds if c[0] == "modify"]
+    assert mods == [["modify", "user", "where", "name=" + ",".join(f"u{i:03}" for i in range(10)), "account=team-a",
+                     "cluster=lab", "set", "Fairshare=2"]]

@@ -148,7 +148,7 @@ def sshare(c: Cluster, accounts: Sequence[str]) -> dict[str, dict[str, str]]:
     return {r["Account"]: r for r in rows if not r.get("User")}
 
 
-def fair_share_orders_the_queue(c: Cluster, heavy: str, light: str, partition_nodes: int,
+def fair_share_orders_the_queue(c: Cluster, heavy: str, light: str, partition_nodes: int, node_cpus: int,
                                 usage_seconds: int = 20) -> dict[str, Any]:
     """Two users whose accounts have shares 3:1 (the spec's fairshare) start from no
     usage (reset, so earlier tests do not count) and use the same amount; then, on a
@@ -168,15 +168,21 @@ def fair_share_orders_the_queue(c: Cluster, heavy: str, light: str, partition_no
     use = [c.sbatch(u, "-N1", "--exclusive", "--wrap", f"sleep {usage_seconds}") for u in (heavy, light)]
     for job in use:
         assert c.wait_job(job, FINISHED, usage_seconds + 60).get("JobState") == "COMPLETED", c.job(job)
-    # the decay thread folds usage in, and computes the factors, every PriorityCalcPeriod
+    # A job's usage reaches RawUsage when it ends (an --exclusive job of usage_seconds on
+    # a node of node_cpus is billed about their product), but the normalized usage Fair
+    # Tree ranks by (EffectvUsage, LevelFS) only at the decay thread's next pass, every
+    # PriorityCalcPeriod. Until then both accounts still look unused (LevelFS inf, seen in
+    # CI), their factors are equal and FIFO decides: wait for that pass.
     calc = c.accounting.get("priority", {}).get("calc_period", 5)
-    deadline = time.monotonic() + calc * 60 + 60
+    deadline = time.monotonic() + calc * 60 * 2 + 30
+    whole = 0.8 * usage_seconds * node_cpus
     while True:
         share = sshare(c, list(acct.values()))
-        if all(float(share.get(a, {}).get("RawUsage") or 0) > 0 for a in acct.values()):
+        if all(float(share.get(a, {}).get("RawUsage") or 0) >= whole
+               and float(share.get(a, {}).get("EffectvUsage") or 0) > 0 for a in acct.values()):
             break
-        assert time.monotonic() < deadline, f"no usage recorded for both accounts: {share}"
-        time.sleep(5)
+        assert time.monotonic() < deadline, f"the usage of both jobs ({whole:.0f} each) is not in: {share}"
+        time.sleep(3)
     filler = first = second = None
     try:
         filler = c.sbatch("root", "-N", str(partition_nodes), "--exclusive", "--wrap", "sleep 300")

@@ -72,6 +72,10 @@ ASSOC_COLUMNS = {
     "DefaultQOS": "DefaultQOS",
 }
 TRES_OPTIONS = {"GrpTRES", "MaxTRES", "MaxTRESPerUser", "MaxTRESPerJob"}
+# What sacctmgr shows for a record it has just added: only what differs is then set.
+NEW_QOS = {"Priority": "0"}
+NEW_ASSOC = {"Fairshare": "1"}
+BATCH = 100  # names per sacctmgr command
 # Options an association inherits from its parent when the spec leaves them empty
 INHERITED = {"QOS", "DefaultQOS"}
 KEEP_ACCOUNTS = {"root"}
@@ -134,6 +138,10 @@ def clear(option: str, value: str, before: str) -> str:
     if option in TRES_OPTIONS:
         return ",".join(f"{name}=-1" for name in tres_map(before)) or "-1"
     return "-1"
+
+
+def _batches(names: list[str]) -> list[str]:
+    return [",".join(names[i:i + BATCH]) for i in range(0, len(names), BATCH)]
 
 
 def line(kind: str, name: str, options: dict[str, str]) -> str:
@@ -217,7 +225,7 @@ def plan(want: dict, have: dict) -> tuple[list[list[str]], list[str], list[str]]
         current = have["qos"].get(name)
         if current is None:
             cmds.append(["add", "qos", name])
-            current = {}
+            current = dict(NEW_QOS)
             before.append(f"qos {name} absent")
         diff = differing(options, current)
         if diff:
@@ -232,7 +240,7 @@ def plan(want: dict, have: dict) -> tuple[list[list[str]], list[str], list[str]]
         name, current = a["name"], have["accounts"].get(a["name"])
         if current is None:
             cmds.append(["add", "account", name, f"cluster={cluster}", f"parent={a['parent']}"])
-            current = {"parent": a["parent"], "options": {}}
+            current = {"parent": a["parent"], "options": dict(NEW_ASSOC)}
             before.append(f"account {name} absent")
         elif current["parent"] != a["parent"]:
             cmds.append(["modify", "account", "where", f"name={name}", f"cluster={cluster}", "set",
@@ -247,31 +255,44 @@ def plan(want: dict, have: dict) -> tuple[list[list[str]], list[str], list[str]]
                                                      **{k: current["options"].get(k, "") for k in a["options"]}}))
             after.append(line("account", name, {"parent": a["parent"], **a["options"]}))
 
+    # Users in batches: one sacctmgr command per account and option set, not per user
+    # (sacctmgr takes a list of names), so 500 users cost tens of commands.
     wanted_assocs = {(u["name"], acct): opts for u in want["users"] for acct, opts in u["accounts"].items()}
+    adds: dict[tuple[str, bool], list[str]] = {}
+    mods: dict[tuple[str, tuple[tuple[str, str], ...]], list[str]] = {}
+    new_defaults: dict[str, list[str]] = {}
     for u in want["users"]:
         for acct, options in u["accounts"].items():
             key = (u["name"], acct)
             current = have["user_assocs"].get(key)
             if current is None:
                 first = u["name"] not in have["defaults"] and acct == u["default_account"]
-                cmds.append(["add", "user", u["name"], f"account={acct}", f"cluster={cluster}",
-                             *([f"defaultaccount={acct}"] if first else [])])
-                current = {}
+                adds.setdefault((acct, first), []).append(u["name"])
+                current = dict(NEW_ASSOC)
                 before.append(f"user {u['name']} account={acct} absent")
             diff = differing(options, current)
             if diff:
-                cmds.append(["modify", "user", "where", f"name={u['name']}", f"account={acct}",
-                             f"cluster={cluster}", "set", *(f"{k}={v}" for k, v in diff.items())])
+                mods.setdefault((acct, tuple(diff.items())), []).append(u["name"])
             if diff or key not in have["user_assocs"]:
                 if key in have["user_assocs"]:
                     before.append(line("user", f"{u['name']} account={acct}",
                                        {k: current.get(k, "") for k in options}))
                 after.append(line("user", f"{u['name']} account={acct}", options))
         if u["name"] in have["defaults"] and have["defaults"][u["name"]] != u["default_account"]:
-            cmds.append(["modify", "user", "where", f"name={u['name']}", "set",
-                         f"defaultaccount={u['default_account']}"])
+            new_defaults.setdefault(u["default_account"], []).append(u["name"])
             before.append(f"user {u['name']} default_account={have['defaults'][u['name']]}")
             after.append(f"user {u['name']} default_account={u['default_account']}")
+    for (acct, first), names in adds.items():
+        for batch in _batches(names):
+            cmds.append(["add", "user", batch, f"account={acct}", f"cluster={cluster}",
+                         *([f"defaultaccount={acct}"] if first else [])])
+    for (acct, diff), names in mods.items():
+        for batch in _batches(names):
+            cmds.append(["modify", "user", "where", f"name={batch}", f"account={acct}", f"cluster={cluster}",
+                         "set", *(f"{k}={v}" for k, v in diff)])
+    for acct, names in new_defaults.items():
+        for batch in _batches(names):
+            cmds.append(["modify", "user", "where", f"name={batch}", "set", f"defaultaccount={acct}"])
 
     # Removals last, deepest first: user associations, then accounts (children before
     # parents), then QOS no account names any more.
