@@ -339,3 +339,8 @@ def test_many_users_take_a_few_commands_and_defaults_are_not_set_again(lab):
     mods = [c for c in cmds if c[0] == "modify"]
     assert mods == [["modify", "user", "where", "name=" + ",".join(f"u{i:03}" for i in range(10)), "account=team-a",
                      "cluster=lab", "set", "Fairshare=2"]]
+
+
+def test_no_wall_limit_compares_equal_however_spelled():
+    assert assoc.normal("MaxWall", "") == assoc.normal("MaxWall", "UNLIMITED") == assoc.normal("MaxWall", "INFINITE")
+    assert assoc.normal("MaxWall", "") != assoc.normal("MaxWall", "60")

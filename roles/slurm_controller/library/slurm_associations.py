@@ -116,7 +116,7 @@ def normal(option: str, value: str) -> object:
 def _minutes(text: str) -> str:
     """Slurm times ('1-00:00:00', '60', '2:00:00') -> minutes, so equal limits compare equal."""
     if not text or text.upper() in ("INFINITE", "UNLIMITED"):
-        return text.upper() and ""
+        return ""  # no limit, however it is spelled
     days, _, rest = text.rpartition("-")
     parts = [int(p) for p in rest.split(":")]
     if days:
