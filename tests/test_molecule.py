@@ -49,7 +49,7 @@ def _base() -> dict:
 def test_scenarios_found():
     names = {s.id for s in SCENARIOS}
     assert "molecule/slurm_cluster" in names
-    for role in ("common", "munge", "slurm_controller", "slurm_compute", "slurm_login"):
+    for role in ("common", "slurm_controller", "slurm_compute", "slurm_login"):  # munge's: slurm_controller's
         assert f"roles/{role}/molecule/default" in names
 
 

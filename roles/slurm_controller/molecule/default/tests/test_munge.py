@@ -1,7 +1,12 @@
-"""munge on ctl1: the key from the secret, 0400 munge, munged decodes its own credential."""
+"""munge on ctl1: the key from the secret, 0400 munge, munged decodes its own credential.
+
+munge's checks run in slurm_controller's scenario, which converges common and munge on ctl1
+before slurmdbd and slurmctld: a scenario of its own made, converged and destroyed the
+same node again."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 
 import testinfra
@@ -11,9 +16,6 @@ from tests.support.verify import assert_running, journal
 
 NODE = "ctl1"
 HOST = testinfra.get_host(f"podman://{NODE}")
-
-
-import base64
 
 
 def test_key_file():
