@@ -445,6 +445,7 @@ def _plain(pattern: str, example: str, what: str) -> Any:
 
 
 UserName = Annotated[str, _plain(r"^[a-z_][a-z0-9_-]{0,31}$", "root", "a user name (lower case, up to 32)")]
+GroupName = Annotated[str, _plain(r"^[a-z_][a-z0-9_-]{0,31}$", "hpcadmin", "a group name (lower case, up to 32)")]
 # Slurm account and QOS names: sacctmgr folds them to lower case, so only lower case here.
 SlurmAccountName = Annotated[str, _plain(
     r"^[a-z][a-z0-9_-]{0,63}$", "ml-research",

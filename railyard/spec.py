@@ -38,6 +38,7 @@ from railyard.fieldtypes import (
     ExportOption,
     GpuType,
     GraceSeconds,
+    GroupName,
     Hostlist,
     Hostname,
     IPv4Addr,
@@ -531,6 +532,14 @@ class Accounting(Strict):
     users: list[AccountingUser] = []
 
 
+class PamSlurmAdopt(Strict):
+    """Who may ssh to a compute node (pam_slurm_adopt in sshd's PAM stack): a user with a job
+    there, whose session joins the job's cgroup and ends with it; root and admin_group
+    always (pam_access). Needs cgroups: the session is adopted into the job's cgroup."""
+
+    admin_group: GroupName  # a group of the site's directory; railyard does not create it
+
+
 class Slurm(Strict):
     controllers: Hostlist
     login: Hostlist | None = None
@@ -550,6 +559,7 @@ class Slurm(Strict):
     # Default: configless from Slurm 24.11, files before (compiler.slurm.config_delivery).
     config_delivery: Literal["configless", "files"] | None = None
     accounting: Accounting | None = None
+    pam_slurm_adopt: PamSlurmAdopt | None = None  # None: sshd on compute nodes is left as it is
     munge_key: SecretRef | None = None  # default: generated once and kept as a Pulumi secret
     pyxis: Pyxis = Pyxis()
     enroot: Enroot = Enroot()

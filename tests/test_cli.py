@@ -146,6 +146,8 @@ def test_rendered_inventory_gives_each_host_the_plans_variables(tmp_path, name, 
                "railyard_volcano_version": plan.spec.cluster.versions.volcano,
                "railyard_slurm_mpi_default": plan.spec.partitions.slurm.mpi_default,
                "railyard_slurm_config_delivery": delivery,  # both target 24.11: the default
+               # both keep ssh to compute nodes for users with a job there, and hpcadmin
+               "railyard_slurm_pam_slurm_adopt": True, "railyard_slurm_admin_group": "hpcadmin",
                "railyard_hosts": [{"name": n.name, "address": n.address} for n in plan.nodes]}
     net = plan.spec.partitions.kubernetes.network
     # both specs keep the default pod network: the DNS is 10.96.0.0/16's tenth address

@@ -70,9 +70,10 @@ def test_reconfigurable(conf, old, new):
         ("AuthType=auth/munge", "AuthType=auth/none"),
         ("TopologyPlugin=topology/tree", "TopologyPlugin=topology/none"),
         ("SelectType=select/cons_tres", "SelectType=select/linear"),
-        ("ProctrackType=proctrack/linuxproc", "ProctrackType=proctrack/pgid"),
-        # 24.11 (the lab's release) renders no TaskPlugin line without cgroups: adding one
-        ("ProctrackType=proctrack/linuxproc\n", "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/affinity\n"),
+        ("ProctrackType=proctrack/cgroup", "ProctrackType=proctrack/linuxproc"),
+        ("TaskPlugin=task/cgroup,task/affinity", "TaskPlugin=task/affinity"),
+        # a restart key the lab's file does not have: adding one
+        ("ProctrackType=proctrack/cgroup\n", "ProctrackType=proctrack/cgroup\nJobContainerType=job_container/tmpfs\n"),
         ("GresTypes=gpu", "GresTypes=gpu,mps"),
         ("StateSaveLocation=/var/lib/slurm/slurmctld", "StateSaveLocation=/srv/slurm"),
     ],

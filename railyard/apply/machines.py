@@ -6,7 +6,8 @@ SU shows up in ``ip addr`` as it is cabled. Rails carry no names and no routes (
 railyard.drivers.podman). NFS servers run privileged with their exports on podman
 volumes (nfs-ganesha cannot export overlayfs), and the NFS clients get those volumes at
 their mount points (the stand-in for a kernel NFS mount, which this kernel cannot do).
-Kubernetes workers run privileged for their kubelet's containers; stand-in GPUs become
+Kubernetes workers run privileged for their kubelet's containers, and so do Slurm compute
+nodes of a spec with cgroups (slurmd writes the cgroup v1 hierarchies); stand-in GPUs become
 character devices.
 """
 
@@ -114,7 +115,13 @@ def node_spec(plan: Plan, node: Node) -> NodeSpec:
         for i, leaf in enumerate(leaves_of(plan).get(node.name, []))
     ]
     gpus = plan.inventory.hostvars[node.name].get("railyard_gpus") or {}
-    devices = tuple(gpus.get("devices", ())) if gpus.get("stand_in") else ()
+    slurm = plan.spec.partitions.slurm
+    # slurmd confines jobs with cgroups (v1 here), which must be writable: a privileged
+    # container. Its stand-in GPUs are then made by slurm_compute (mknod, 195:N): each its
+    # own device, so ConstrainDevices hides the ones a job was not given (all of them bound
+    # to /dev/null would deny /dev/null itself to every job without a GPU).
+    confined = "slurm_compute" in node.roles and slurm is not None and slurm.cgroups
+    devices = tuple(gpus.get("devices", ())) if gpus.get("stand_in") and not confined else ()
     volumes = export_volumes(plan, node) + nfs_stand_in_volumes(plan, node)
     return PodmanNode(
         name=node.name,
@@ -123,8 +130,9 @@ def node_spec(plan: Plan, node: Node) -> NodeSpec:
         container=container_name(cluster, node.name),
         image=IMAGE_REF,
         attachments=tuple(attachments),
-        # nfs-ganesha's open_by_handle_at; a real kubelet's runc makes namespaces and cgroups
-        privileged="nfs_server" in node.roles or "k8s_worker" in node.roles,
+        # nfs-ganesha's open_by_handle_at; a real kubelet's runc makes namespaces and cgroups;
+        # slurmd's cgroups
+        privileged="nfs_server" in node.roles or "k8s_worker" in node.roles or confined,
         devices=devices,
         volumes=volumes,
     )

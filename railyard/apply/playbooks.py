@@ -139,13 +139,15 @@ def _k8s_vars(role: str) -> Callable[[Plan], dict[str, Any]]:
 
 
 def _enroot_vars(plan: Plan) -> dict[str, Any]:
-    """The package source, and the hooks not to run: with partitions.slurm.cgroups false,
-    Slurm gives a job no cgroup of its own, so enroot's 10-cgroups hook (which mounts the
-    job's cgroup into the container) has nothing to show; in the lab's podman nodes it also
-    fails every start from a service such as slurmstepd (roles/enroot/README.md)."""
+    """The package source, and the hooks not to run. enroot's 10-cgroups hook mounts the
+    job's cgroup into the container: with partitions.slurm.cgroups false, Slurm gives a job
+    none, so it has nothing to show. In the lab's podman nodes it fails every start from a
+    service such as slurmstepd, with cgroups or without (podman mounts name=systemd twice;
+    roles/enroot/README.md), so the lab runs without it: a lab difference."""
     slurm = plan.spec.partitions.slurm
     cgroups = slurm.cgroups if slurm is not None else True
-    return _package_vars("enroot", "enroot")(plan) | {"enroot_hooks_disabled": [] if cgroups else ["10-cgroups.sh"]}
+    hook = cgroups and not plan.is_lab
+    return _package_vars("enroot", "enroot")(plan) | {"enroot_hooks_disabled": [] if hook else ["10-cgroups.sh"]}
 
 
 def _slurmdbd_vars(plan: Plan) -> dict[str, Any]:

@@ -75,7 +75,7 @@ def default(root: Path, role: str, name: str) -> Any:
 
 # ``{{ other | default('value') }}``: the one template a role variable may hold for railyard
 # to read it (a default that follows one of railyard's inventory variables).
-_FOLLOWS = re.compile(r"^\{\{\s*(\w+)\s*\|\s*default\('([^'{}]*)'\)\s*\}\}$")
+_FOLLOWS = re.compile(r"^\{\{\s*(\w+)\s*\|\s*default\((?:'([^'{}]*)'|(true|false))\)\s*\}\}$")
 _MISSING = object()
 
 
@@ -83,7 +83,8 @@ def lookup(root: Path, role: str, name: str, extravars: Mapping[str, Any], inven
     """A role variable as Ansible would see it, in Ansible's order: railyard's extravars,
     the role's ``vars/``, the inventory (host, then cluster variables), the role's
     ``defaults/``. ``a.b`` is key ``b`` of ``a``. A KeyError when it is not set; a
-    ValueError when its value is a template other than ``{{ x | default('v') }}``."""
+    ValueError when its value is a template other than ``{{ x | default('v') }}`` (or
+    ``default(true)``, ``default(false)``)."""
     head, *keys = name.split(".")
     value: Any = _MISSING
     for layer in (extravars, role_vars(root, role), inventory, defaults(root, role)):
@@ -99,7 +100,7 @@ def lookup(root: Path, role: str, name: str, extravars: Mapping[str, Any], inven
         try:
             value = lookup(root, role, m[1], extravars, inventory)
         except KeyError:
-            value = m[2]
+            value = m[2] if m[3] is None else m[3] == "true"
     for key in keys:
         if not isinstance(value, Mapping) or key not in value:
             raise KeyError(f"role {role}: {name} is not set ({head} has no {key})")

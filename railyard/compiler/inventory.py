@@ -217,6 +217,9 @@ def cluster_vars(plan: Any) -> dict[str, Any]:
     roles install an MPI built with PMIx (Debian's OpenMPI).
     railyard_slurm_config_delivery: ``configless`` or ``files``, how the Slurm roles deliver
     slurm.conf (set only with a Slurm partition).
+    railyard_slurm_pam_slurm_adopt, railyard_slurm_admin_group: whether the spec has
+    partitions.slurm.pam_slurm_adopt (slurm_compute then puts it in sshd's PAM stack), and
+    the group it lets in besides root (set only with it).
     railyard_k8s_pod_cidr, railyard_k8s_service_cidr, railyard_k8s_cluster_dns,
     railyard_k8s_dns_domain: the Kubernetes partition's addresses (spec
     partitions.kubernetes.network); each worker's own block is its railyard_pod_cidr.
@@ -231,7 +234,10 @@ def cluster_vars(plan: Any) -> dict[str, Any]:
         "railyard_kueue_version": versions.kueue,
         "railyard_volcano_version": versions.volcano,
         "railyard_slurm_mpi_default": slurm.mpi_default if slurm else "none",
+        "railyard_slurm_pam_slurm_adopt": bool(slurm and slurm.pam_slurm_adopt),
     }
+    if slurm is not None and slurm.pam_slurm_adopt is not None:
+        out["railyard_slurm_admin_group"] = slurm.pam_slurm_adopt.admin_group
     if plan.slurm is not None:
         out["railyard_slurm_config_delivery"] = plan.slurm.config_delivery
     if plan.kubernetes is not None:

@@ -161,6 +161,12 @@ def _slurm(cluster: Cluster, nodes: dict[str, Node], fabric: Fabric | None, prob
             )
         )
     _accounting(cluster, nodes, problems)
+    if slurm.pam_slurm_adopt is not None and not slurm.cgroups:
+        problems.append(Problem(
+            f"{base}.pam_slurm_adopt",
+            "pam_slurm_adopt puts an ssh session into the cgroup of the user's job on that node, and "
+            "with cgroups: false jobs have none (and the session would outlive the job): set "
+            "partitions.slurm.cgroups: true, or remove pam_slurm_adopt"))
 
 
 def _tres_fields(owner: Any) -> list[tuple[str, dict[str, int]]]:

@@ -40,7 +40,7 @@ from railyard.drivers.podman import cleanup, labelled
 from railyard.load import load_plan
 from railyard.render import render
 from tests.conftest import LAB, ROOT
-from tests.support import accounting, faults, pyxis
+from tests.support import accounting, faults, node_access, pyxis
 from tests.support.topology import expected_topology, observed_topology
 
 pytestmark = [pytest.mark.e2e, pytest.mark.podman]
@@ -409,6 +409,30 @@ def test_fair_share_starts_the_larger_share_first(stack: dict) -> None:
                                                  node_cpus=hw["sockets"] * hw["cores_per_socket"] * hw["threads_per_core"])
     TIMES["fair_share_s"] = round(time.monotonic() - t0, 1)
     print(f"\nfair share: {json.dumps(got, indent=1)}")
+
+
+@pytest.mark.timeout(180)
+def test_ssh_to_a_compute_node_needs_a_job_there_and_ends_with_it(stack: dict) -> None:
+    """pam_slurm_adopt (the spec's partitions.slurm.pam_slurm_adopt), with real users and keys
+    from login1: alice is refused on gpu004 and gpu003 with Slurm's message; with a job on
+    gpu004 she gets in there, into the job's extern step, and is still refused on gpu003
+    (the control); her open session ends with the job. root and a member of the spec's admin
+    group get in without a job. And the job's cgroup holds only its GPUs (ConstrainDevices)."""
+    c = _accounting()
+    spec = yaml.safe_load(LAB.read_text())
+    slurm = spec["partitions"]["slurm"]
+    gpus = next(g["hardware"]["gpus"]["count"] for g in spec["nodes"] if g["group"] == "gpu")
+    a = node_access.Access(login=next(iter(NodeSet(slurm["login"]))), compute=["gpu004", "gpu003"],
+                           container=lambda n: f"railyard-{CLUSTER}-{n}",
+                           admin_group=slurm["pam_slurm_adopt"]["admin_group"])
+    t0 = time.monotonic()
+    seen = node_access.no_job_is_refused_a_job_lets_in_and_its_end_ends_the_session(
+        a, "alice", c.sbatch, lambda job: c.on_login("scancel", job))
+    node_access.root_and_the_admin_group_get_in_without_a_job(a, "carol")
+    devices = node_access.a_job_opens_only_its_gpus(a, "alice", lambda u, *args: c.as_user(u, "srun", *args),
+                                                    [f"/dev/nvidia{i}" for i in range(gpus)])
+    TIMES["ssh_adopt_checks_s"] = round(time.monotonic() - t0, 1)
+    print(f"\nadopted: {json.dumps(seen)}\nopen() per GPU count: {json.dumps(devices)}")
 
 
 @pytest.mark.timeout(420)  # two pods started (up to 90 s each), then logs and exec on each

@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from railyard.apply.playbooks import (
     STEPS,
@@ -16,7 +17,7 @@ from railyard.apply.playbooks import (
     playbook_yaml,
     podman_overrides,
 )
-from railyard.load import load_plan
+from railyard.load import load_plan, loads_plan
 from railyard.render import render
 from tests.conftest import ROOT
 
@@ -137,16 +138,22 @@ def test_lab_packages_are_optional(lab_plan, root: Path) -> None:
     assert dgx_planned["enroot"].vars["enroot_package_required"] is True
 
 
-def test_enroot_cgroups_hook_is_off_where_slurm_has_no_cgroups(lab_plan, root: Path) -> None:
-    """The lab spec says cgroups: false: no job cgroup for enroot's 10-cgroups hook to mount,
-    and in the lab's containers the hook fails every start from slurmstepd."""
-    assert lab_plan.spec.partitions.slurm.cgroups is False
+def test_enroot_cgroups_hook_is_off_where_slurm_has_no_cgroups_and_in_the_lab(lab_plan, root: Path) -> None:
+    """A site with cgroups runs enroot's 10-cgroups hook. Without cgroups a job has none for it
+    to mount; in the lab's containers it fails every start from slurmstepd, with cgroups too."""
+    assert lab_plan.spec.partitions.slurm.cgroups is True
     planned = {p.role: p for p in plan_playbooks(lab_plan, root, render(lab_plan))[0]}
     assert planned["enroot"].vars["enroot_hooks_disabled"] == ["10-cgroups.sh"]
     dgx = load_plan(ROOT / "inventories" / "dgx-h100" / "cluster.yaml")
     assert dgx.spec.partitions.slurm.cgroups is True
     dgx_planned = {p.role: p for p in plan_playbooks(dgx, root, render(dgx))[0]}
     assert dgx_planned["enroot"].vars["enroot_hooks_disabled"] == []
+    spec = yaml.safe_load((ROOT / "inventories" / "dgx-h100" / "cluster.yaml").read_text())
+    spec["partitions"]["slurm"]["cgroups"] = False
+    del spec["partitions"]["slurm"]["pam_slurm_adopt"]  # it needs cgroups (validate says so)
+    bare = loads_plan(yaml.safe_dump(spec))
+    bare_planned = {p.role: p for p in plan_playbooks(bare, root, render(bare))[0]}
+    assert bare_planned["enroot"].vars["enroot_hooks_disabled"] == ["10-cgroups.sh"]
 
 
 def test_unwritten_roles_are_noted(lab_plan, root: Path) -> None:

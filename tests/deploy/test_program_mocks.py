@@ -219,7 +219,12 @@ def test_lab_nodes_carry_the_plan(lab_graph: list[Registered]) -> None:
     assert gpu["attachments"][0] == {"network": "railyard-lab-mgmt", "interface": "eth0", "ip": "10.77.0.12",
                                      "aliases": ["gpu001", "gpu001.lab.railyard.test"]}
     assert [a["interface"] for a in gpu["attachments"][1:]] == ["rail0", "rail1"]
-    assert gpu["devices"] == ["/dev/nvidia0", "/dev/nvidia1"]
+    # slurmd's cgroups need a privileged container; slurm_compute makes the stand-in GPUs
+    # there, not /dev/null binds, which ConstrainDevices would hide from every job
+    assert (gpu["privileged"], gpu["devices"]) == (True, [])
+    kw = nodes["kw1"].inputs
+    assert (kw["privileged"], kw["devices"]) == (True, ["/dev/nvidia0", "/dev/nvidia1"])
+    assert nodes["login1"].inputs["privileged"] is False
     nfs = nodes["nfs1"].inputs
     assert nfs["privileged"] is True
     assert nfs["volumes"] == [

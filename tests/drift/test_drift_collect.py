@@ -338,7 +338,8 @@ def test_expected_units_follow_the_roles_that_exist(lab_plan):
     units = expected_units(lab_plan, ALL_ROLES)
     munge = ("munge.service", "active", "munge")
     mount = ("shared.mount", "enabled", "nfs_client"), ("home.mount", "enabled", "nfs_client")
-    assert units["gpu001"] == (munge, ("slurmd.service", "active", "slurm_compute"), *mount)
+    sshd = ("ssh.service", "active", "slurm_compute")  # pam_slurm_adopt's sshd
+    assert units["gpu001"] == (munge, ("slurmd.service", "active", "slurm_compute"), sshd, *mount)
     assert units["ctl1"] == (munge, ("slurmctld.service", "active", "slurm_controller"), *mount)
     assert units["login1"] == (munge, *mount)
     assert units["kw1"] == mount
@@ -354,7 +355,7 @@ def test_expected_units_follow_the_roles_that_exist(lab_plan):
     assert "nfs1" not in units  # the server does not mount its own export
     assert expected_units(lab_plan, []) == {}
     assert expected_units(lab_plan, ["slurm_compute"]) == {
-        f"gpu00{i}": (("slurmd.service", "active", "slurm_compute"),) for i in range(1, 5)}
+        f"gpu00{i}": (("slurmd.service", "active", "slurm_compute"), sshd) for i in range(1, 5)}
 
 
 @pytest.mark.parametrize(("delivery", "login"), [
@@ -368,7 +369,8 @@ def test_expected_units_sackd_on_login_nodes_in_configless_mode(lab, delivery, l
     plan = loads_plan(yaml.safe_dump(lab), "t.yaml")
     units = expected_units(plan, ["slurm_login", "slurm_compute"])
     assert units.get("login1") == login
-    assert units["gpu001"] == (("slurmd.service", "active", "slurm_compute"),)  # in both modes
+    assert units["gpu001"] == (("slurmd.service", "active", "slurm_compute"),
+                               ("ssh.service", "active", "slurm_compute"))  # in both modes
 
 
 def _with_agent(doc: dict, agent: str) -> None:
@@ -384,8 +386,8 @@ LAB_UNITS = {  # the lab, every role that keeps a unit, configless, real kubelet
     "ctl1": (("munge.service", "active", "munge"), ("slurmdbd.service", "active", "slurmdbd"),
              ("mariadb.service", "active", "slurmdbd"), ("slurmctld.service", "active", "slurm_controller"), *LAB_MOUNTS),
     "login1": (("munge.service", "active", "munge"), ("sackd.service", "active", "slurm_login"), *LAB_MOUNTS),
-    **{f"gpu00{i}": (("munge.service", "active", "munge"), ("slurmd.service", "active", "slurm_compute"), *LAB_MOUNTS)
-       for i in range(1, 5)},
+    **{f"gpu00{i}": (("munge.service", "active", "munge"), ("slurmd.service", "active", "slurm_compute"),
+                     ("ssh.service", "active", "slurm_compute"), *LAB_MOUNTS) for i in range(1, 5)},
     "kcp1": (("etcd.service", "active", "k8s_control_plane"), ("kube-apiserver.service", "active", "k8s_control_plane"),
              ("kube-controller-manager.service", "active", "k8s_control_plane"),
              ("kube-scheduler.service", "active", "k8s_control_plane"), ("kueue.service", "active", "kueue"),
@@ -555,10 +557,13 @@ def _roles_root(tmp_path: Path, roles: Sequence[str]) -> Path:
 def test_nodes_driver_state_and_units(lab_plan, tmp_path, monkeypatch):
     states = {"gpu004": NodeState(exists=False, power="off", detail="no such container")}
     monkeypatch.setattr("railyard.drivers.driver_for", lambda spec: FakeDriver(states))
-    show = systemctl_show_argv(["slurmd.service"])
+    # the lab's compute nodes keep slurmd, and sshd for pam_slurm_adopt
+    show = systemctl_show_argv(["slurmd.service", "ssh.service"])
+    sshd = "Id=ssh.service\nLoadState=loaded\nActiveState=active\nSubState=running\nUnitFileState=enabled\n"
     running = Result(0, "Id=slurmd.service\nLoadState=loaded\nActiveState=active\nSubState=running\n"
-                        "UnitFileState=enabled\n", "")
-    stopped = Result(0, (FIX / "live" / "systemctl_show.slurmd_stopped.txt").read_text(), "")
+                        "UnitFileState=enabled\n\n" + sshd, "")
+    stopped = Result(0, (FIX / "live" / "systemctl_show.slurmd_stopped.txt").read_text().rstrip("\n") + "\n\n"
+                     + sshd, "")
     journal = Result(0, "slurmd-gpu003: error: Unable to register: Zero Bytes were transmitted or received\n"
                         "slurmd.service: Main process exited, code=exited, status=1/FAILURE\n", "")
     runner = RecordedRunner({("gpu003", tuple(show)): stopped,
@@ -570,11 +575,12 @@ def test_nodes_driver_state_and_units(lab_plan, tmp_path, monkeypatch):
     assert by["gpu003"].services == (
         UnitState("slurmd.service", "active", "inactive", "dead", "enabled", "loaded", "slurm_compute",
                   "slurmd-gpu003: error: Unable to register: Zero Bytes were transmitted or received | "
-                  "slurmd.service: Main process exited, code=exited, status=1/FAILURE"),)
+                  "slurmd.service: Main process exited, code=exited, status=1/FAILURE"),
+        UnitState("ssh.service", "active", "active", "running", "enabled", "loaded", "slurm_compute", ""),)
     assert by["ctl1"].services == ()  # no units expected there with only slurm_compute
     assert by["gpu001"].handle == "railyard-lab-gpu001"
     assert ("gpu001", ("systemctl", "show", "-p", "Id,LoadState,ActiveState,SubState,UnitFileState",
-                       "slurmd.service")) in runner.calls
+                       "slurmd.service", "ssh.service")) in runner.calls
     report = compare(lab_plan, Observed(nodes=obs))
     assert [f.message for f in report.findings] == [
         ("gpu003: slurmd.service is inactive (dead), the plan has it running; its journal ends: "

@@ -22,7 +22,7 @@ import testinfra
 import yaml
 from ClusterShell.NodeSet import NodeSet
 
-from tests.support import accounting, pyxis
+from tests.support import accounting, node_access, pyxis
 from tests.support import molecule as support
 from tests.support.topology import expected_blocks
 from tests.support.verify import ARTIFACTS, VARIANT
@@ -488,3 +488,31 @@ def test_sacct_records_a_users_job_with_its_gpus(accounts):
 def test_a_user_over_their_gpu_limit_waits_with_the_qos_reason(accounts):
     got = accounting.gpu_limit_holds_then_frees(accounts, "alice", "bob", "capped")
     print(f"held: JobState={got.get('JobState')} Reason={got.get('Reason')}")
+
+
+# pam_slurm_adopt (the spec's partitions.slurm.pam_slurm_adopt; tests/support/node_access.py,
+# which the Pulumi lab runs too): ssh from the login node with real users and keys.
+def _access() -> node_access.Access:
+    return node_access.Access(login=LOGIN, compute=[COMPUTE[-1], COMPUTE[-2]], container=lambda node: node,
+                              admin_group=SPEC_SLURM["pam_slurm_adopt"]["admin_group"])
+
+
+@pytest.mark.timeout(150)
+def test_ssh_needs_a_job_on_the_node_and_ends_with_it(accounts):
+    seen = node_access.no_job_is_refused_a_job_lets_in_and_its_end_ends_the_session(
+        _access(), "alice", accounts.sbatch, lambda job: accounts.on_login("scancel", job))
+    print("adopted:", json.dumps(seen))
+
+
+@pytest.mark.timeout(60)
+def test_root_and_the_admin_group_ssh_in_without_a_job(accounts):
+    node_access.root_and_the_admin_group_get_in_without_a_job(_access(), "carol")
+
+
+@pytest.mark.timeout(60)
+def test_a_job_opens_only_the_gpus_it_was_given(accounts):
+    spec = support.VARIANTS[VARIANT]()
+    count = next(g["hardware"]["gpus"]["count"] for g in spec["nodes"] if g["group"] == "gpu")
+    seen = node_access.a_job_opens_only_its_gpus(_access(), "alice", lambda u, *a: accounts.as_user(u, "srun", *a),
+                                                 [f"/dev/nvidia{i}" for i in range(count)])
+    print("open() per GPU count:", json.dumps(seen))
