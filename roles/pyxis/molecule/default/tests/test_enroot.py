@@ -1,4 +1,6 @@
-"""enroot on a compute node: the package the lab builds from the vendored release archive
+"""enroot on a compute node (pyxis' scenario converges enroot, then pyxis, on gpu003, as the
+deploy does; a scenario of its own converged the same again): the package the lab builds
+from the vendored release archive
 (scripts/build-vendor.sh), rendered config, shared directories, how an unreachable package
 source fails, and the other source kinds with stand-in packages.
 
