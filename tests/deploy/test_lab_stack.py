@@ -7,7 +7,7 @@ one stack: up from clean -> Slurm job -> Kubernetes nodes Ready, queues Active -
 clean drift checks -> a node removed by hand -> an interrupted up -> a batch of injected
 drift found, remediated by `railyard up`, clean again -> destroy leaves nothing.
 
-CI runs 3 consecutive clean checks; ``RAILYARD_E2E_CLEAN_CHECKS=10`` is the long run.
+CI runs 2 consecutive clean checks; ``RAILYARD_E2E_CLEAN_CHECKS=10`` is the long run.
 Each step has a time limit that fits what it measures (pytest-timeout): a hang fails in
 minutes with the step's name. The module's stack set-up counts toward the first step's
 limit and its teardown toward the last one's. Step times go to .railyard/e2e/timings.json.
@@ -48,9 +48,10 @@ CLUSTER = "lab"
 SLURM_ROLES = ("common", "munge", "slurm_controller", "slurm_compute", "slurm_login")
 # Issue 5: consecutive drift checks of a clean cluster, none may report drift. The first
 # after up from clean has no baselines (every role in check mode, ~100 s on 2 cores), the
-# others probe each host once and run Ansible only where something moved (~10 s); CI runs 3, the long run
-# (RAILYARD_E2E_CLEAN_CHECKS=10) is the one that catches a rare false alarm.
-CLEAN_CHECKS = int(os.environ.get("RAILYARD_E2E_CLEAN_CHECKS", "3"))
+# others probe each host once and run Ansible only where something moved (~10 s); CI runs 2 (the
+# first and one that starts from its baselines), the long run (RAILYARD_E2E_CLEAN_CHECKS=10) is
+# the one that catches a rare false alarm.
+CLEAN_CHECKS = int(os.environ.get("RAILYARD_E2E_CLEAN_CHECKS", "2"))
 DRIFT_CHECK_S = 240  # the time limit's share per drift check: 70-90 s alone, ~2x beside molecule runs
 TIMES: dict[str, float] = {}
 
@@ -686,11 +687,12 @@ def test_node_removed_by_hand_comes_back(stack: dict) -> None:
            work_dir=stack["work"], on_output=log)
 
 
-@pytest.mark.timeout(1200)  # an up cut short, then four nodes' roles from nothing
+@pytest.mark.timeout(1200)  # an up cut short, then two nodes' roles from nothing
 def test_interrupted_up_converges(stack: dict) -> None:
-    """Ctrl-C in the middle of an up (SIGINT to the process group, as a terminal sends it)."""
+    """Ctrl-C in the middle of an up (SIGINT to the process group, as a terminal sends it),
+    while it creates a Slurm and a Kubernetes node again."""
     log = stack["log"]
-    gone = ["gpu001", "gpu002", "gpu004", "kw1"]
+    gone = ["gpu002", "kw1"]
     for name in gone:
         _podman("rm", "--force", f"railyard-lab-{name}")
     script = (

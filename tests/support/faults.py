@@ -121,6 +121,12 @@ FAULTS: tuple[Fault, ...] = (
         remediated_by_up=False,
     ),
     Fault(
+        # anyone could then ssh to gpu001 and use the GPUs another user's job holds
+        "pam_slurm_adopt taken out of sshd's PAM stack", "gpu001",
+        "sed -i '/pam_slurm_adopt.so/d' /etc/pam.d/sshd",
+        (_files("gpu001", "file_changed", "gpu001: /etc/pam.d/sshd differs from the plan (1 plan line missing)"),),
+    ),
+    Fault(
         "munge key replaced on one node", "gpu004",
         "head -c 1024 /dev/urandom > /etc/munge/munge.key.new\n"
         "chown munge:munge /etc/munge/munge.key.new; chmod 0400 /etc/munge/munge.key.new\n"
