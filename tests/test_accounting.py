@@ -14,11 +14,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
-from railyard.errors import SpecError
-from railyard.load import loads_plan
 from railyard.render import render
+from tests.support import specs
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location(
@@ -28,15 +26,10 @@ _spec.loader.exec_module(assoc)
 
 
 def _plan(spec: dict):
-    return loads_plan(yaml.safe_dump(spec, sort_keys=False), "acct.yaml")
+    return specs.plan(spec, "acct.yaml")
 
 
-def _refused(spec: dict, path: str) -> str:
-    with pytest.raises(SpecError) as info:
-        _plan(spec)
-    found = [p for p in info.value.problems if p.path == path]
-    assert found, f"nothing at {path} in:\n{info.value}"
-    return " ".join(p.message for p in found)
+_refused = specs.refused_at
 
 
 def _acct(lab: dict) -> dict:

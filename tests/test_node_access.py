@@ -5,24 +5,17 @@ in the lab (tests/support/node_access.py). Expected values are literals or the s
 from __future__ import annotations
 
 import pytest
-import yaml
 
 from railyard.apply.machines import node_spec
 from railyard.compiler.inventory import cluster_vars
-from railyard.errors import SpecError
-from railyard.load import loads_plan
+from tests.support import specs
 
 
 def _plan(spec: dict):
-    return loads_plan(yaml.safe_dump(spec, sort_keys=False), "adopt.yaml")
+    return specs.plan(spec, "adopt.yaml")
 
 
-def _refused(spec: dict, path: str) -> str:
-    with pytest.raises(SpecError) as info:
-        _plan(spec)
-    found = [p for p in info.value.problems if p.path == path]
-    assert found, f"nothing at {path} in:\n{info.value}"
-    return " ".join(p.message for p in found)
+_refused = specs.refused_at
 
 
 def test_adoption_without_cgroups_is_refused_with_the_fix(lab):
