@@ -189,7 +189,9 @@ def fair_share_orders_the_queue(c: Cluster, heavy: str, light: str, partition_no
         assert c.wait_job(filler, {"RUNNING"}, 30).get("JobState") == "RUNNING", c.job(filler)
         first = c.sbatch(light, "-N", str(partition_nodes), "--exclusive", "--wrap", "sleep 30")
         time.sleep(2)
-        second = c.sbatch(heavy, "-N", str(partition_nodes), "--exclusive", "--wrap", "sleep 1")
+        # as long as the first: a job that ends within a second lets *light*'s start before
+        # the check below reads it (seen in CI: right order, then both had run)
+        second = c.sbatch(heavy, "-N", str(partition_nodes), "--exclusive", "--wrap", "sleep 30")
         for job in (first, second):
             assert c.wait_job(job, {"PENDING"}, 10).get("JobState") == "PENDING", c.job(job)
         priority = {light: c.job(first).get("Priority"), heavy: c.job(second).get("Priority")}
