@@ -25,9 +25,10 @@ EXPORTS = sorted(
 )
 
 # testinfra's podman backend: a `podman exec` per check instead of an Ansible run (~1.5 s).
+# Only the scenario's nfs_server hosts (molecule/nfs has a server and a client).
 testinfra_hosts = [
     f"podman://{name}"
-    for name in yaml.safe_load(Path(os.environ["MOLECULE_INVENTORY_FILE"]).read_text())["all"][
+    for name in yaml.safe_load(Path(os.environ["MOLECULE_INVENTORY_FILE"]).read_text())["nfs_server"][
         "hosts"
     ]
 ]
@@ -118,7 +119,7 @@ def test_overlay_export_path_fails_early(host, tmp_path):
     playbook = tmp_path / "overlay.yml"
     playbook.write_text(
         yaml.safe_dump(
-            [{"name": "overlay", "hosts": "all", "gather_facts": False, "roles": ["nfs_server"]}]
+            [{"name": "overlay", "hosts": "nfs_server", "gather_facts": False, "roles": ["nfs_server"]}]
         )
     )
     out = subprocess.run(

@@ -20,9 +20,10 @@ UNITS = {
 }
 
 # testinfra's podman backend: a `podman exec` per check instead of an Ansible run (~1.5 s).
+# Only the scenario's nfs_client hosts (molecule/nfs has a server and a client).
 testinfra_hosts = [
     f"podman://{name}"
-    for name in yaml.safe_load(Path(os.environ["MOLECULE_INVENTORY_FILE"]).read_text())["all"][
+    for name in yaml.safe_load(Path(os.environ["MOLECULE_INVENTORY_FILE"]).read_text())["nfs_client"][
         "hosts"
     ]
 ]
@@ -75,7 +76,7 @@ def test_unknown_unit_fails_early():
     playbook = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "nfs_client-units.yml"
     playbook.write_text(
         yaml.safe_dump(
-            [{"name": "units", "hosts": "all", "gather_facts": False, "roles": ["nfs_client"]}]
+            [{"name": "units", "hosts": "nfs_client", "gather_facts": False, "roles": ["nfs_client"]}]
         )
     )
     out = subprocess.run(
