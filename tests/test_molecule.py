@@ -48,9 +48,15 @@ def _base() -> dict:
 
 def test_scenarios_found():
     names = {s.id for s in SCENARIOS}
-    assert "molecule/slurm_cluster" in names
-    for role in ("common", "slurm_controller", "slurm_compute", "slurm_login"):  # munge's: slurm_controller's
-        assert f"roles/{role}/molecule/default" in names
+    # The Slurm roles' own checks (munge, slurmdbd, slurm_controller, slurm_compute,
+    # slurm_login) run in molecule/slurm_cluster, and nfs_server's and nfs_client's in
+    # molecule/nfs: scenarios of their own made, converged and destroyed the same nodes again.
+    assert {"molecule/slurm_cluster", "molecule/nfs", "molecule/kubernetes", "roles/common/molecule/default",
+            "roles/pyxis/molecule/default"} <= names
+    for scenario, files in (("molecule/slurm_cluster", ("test_munge.py", "test_slurmdbd.py", "test_controller.py",
+                                                        "test_compute.py", "test_login.py")),
+                            ("molecule/nfs", ("test_server.py", "test_client.py"))):
+        assert all((ROOT / scenario / "tests" / f).is_file() for f in files), scenario
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.id)

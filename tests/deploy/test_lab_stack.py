@@ -3,9 +3,10 @@
 The stack lives in a temporary backend and work directory, so a developer's own lab
 state is never touched; the containers are the lab's real ones (railyard-lab-*), so the
 test refuses to run while a lab is already up. The steps run in file order and share
-one stack: up from clean -> Slurm job -> Kubernetes nodes Ready, queues Active -> no-change preview and refresh -> consecutive
-clean drift checks -> a node removed by hand -> an interrupted up -> a batch of injected
-drift found, remediated by `railyard up`, clean again -> destroy leaves nothing.
+one stack: up from clean -> Slurm jobs -> Kubernetes nodes Ready, queues Active (while two
+jobs run into their time limit) -> no-change preview and refresh -> consecutive
+clean drift checks -> two nodes removed by hand, brought back by an up that is interrupted
+and run again -> a batch of injected drift found, remediated by `railyard up`, clean again -> destroy leaves nothing.
 
 CI runs 2 consecutive clean checks; ``RAILYARD_E2E_CLEAN_CHECKS=10`` is the long run.
 Each step has a time limit that fits what it measures (pytest-timeout): a hang fails in
@@ -235,45 +236,6 @@ while true; do sleep 1; done
 """
 
 
-@pytest.mark.timeout(300)
-def test_signal_before_the_time_limit_then_the_end(stack: dict) -> None:
-    """docs/user-guide.md "Jobs that checkpoint": `--signal=B:USR1@45` with a one-minute
-    limit gets USR1 before the limit, while the same job without it gets none; both end
-    as TIMEOUT once the limit and the spec's over_time_limit (1 minute in the lab) are past."""
-    spec = yaml.safe_load(LAB.read_text())
-    over = int(spec["partitions"]["slurm"]["over_time_limit"]) * 60
-    conf, _ = _login("scontrol", "show", "config")
-    assert re.search(rf"^OverTimeLimit\s+=\s+{over // 60} min", conf.stdout, re.MULTILINE), conf.stdout
-    out = "/home/railyard-e2e"
-    _login("mkdir", "-p", out)
-    jobs = {}
-    for label, node, extra in (("signalled", "gpu001", ["--signal=B:USR1@45"]), ("control", "gpu002", [])):
-        proc, _ = _login("sbatch", "--parsable", "-N1", "-w", node, "--time=1", *extra,
-                         "-o", f"{out}/ckpt-%j.out", input=CHECKPOINTING_JOB)
-        assert proc.returncode == 0, proc.stderr
-        jobs[label] = proc.stdout.strip().split(";")[0]
-    try:
-        ended = {label: _wait_job(job, FINISHED, timeout=60 + over + 120) for label, job in jobs.items()}
-        logs = {label: _login("cat", f"{out}/ckpt-{job}.out")[0].stdout for label, job in jobs.items()}
-        print(f"\nsignalled: {logs['signalled'].split()} RunTime={ended['signalled'].get('RunTime')}; "
-              f"control: {logs['control'].split()} RunTime={ended['control'].get('RunTime')}")
-        for label, fields in ended.items():
-            assert fields.get("JobState") == "TIMEOUT", (label, fields)
-            h, m, sec = (int(x) for x in fields["RunTime"].split(":"))
-            run = h * 3600 + m * 60 + sec
-            # ended after the limit and the over-time, within slurmctld's 30 s check interval
-            # and KillWait (30 s) of it
-            assert 60 + over <= run <= 60 + over + 70, (label, fields["RunTime"])
-            assert "CANCELLED AT" in logs[label] and "DUE TO TIME LIMIT" in logs[label], logs[label]
-        got = re.findall(r"USR1 after (\d+) s", logs["signalled"])
-        assert len(got) == 1 and int(got[0]) < 60, logs["signalled"]
-        assert "USR1" not in logs["control"], logs["control"]
-        TIMES.update(usr1_after_s=int(got[0]))
-    finally:
-        for job in jobs.values():
-            _login("scancel", job)
-
-
 # A real MPI program: every rank reports its host, and an Allreduce over all ranks proves
 # they talk to each other (the sum of 0..n-1), not only that srun started n processes.
 MPI_HELLO = r"""
@@ -434,6 +396,28 @@ def test_ssh_to_a_compute_node_needs_a_job_there_and_ends_with_it(stack: dict) -
                                                     [f"/dev/nvidia{i}" for i in range(gpus)])
     TIMES["ssh_adopt_checks_s"] = round(time.monotonic() - t0, 1)
     print(f"\nadopted: {json.dumps(seen)}\nopen() per GPU count: {json.dumps(devices)}")
+
+
+@pytest.mark.timeout(60)
+def test_checkpointing_jobs_submitted(stack: dict) -> None:
+    """docs/user-guide.md "Jobs that checkpoint": `--signal=B:USR1@45` with a one-minute
+    limit, and the same job without it as the control. They take two minutes (the limit
+    and the spec's over_time_limit), so they run while the Kubernetes steps and the
+    no-change preview below (which use no Slurm node) do;
+    test_signal_before_the_time_limit_then_the_end reads how they ended."""
+    spec = yaml.safe_load(LAB.read_text())
+    over = int(spec["partitions"]["slurm"]["over_time_limit"]) * 60
+    conf, _ = _login("scontrol", "show", "config")
+    assert re.search(rf"^OverTimeLimit\s+=\s+{over // 60} min", conf.stdout, re.MULTILINE), conf.stdout
+    out = "/home/railyard-e2e"
+    _login("mkdir", "-p", out)
+    jobs = {}
+    for label, node, extra in (("signalled", "gpu001", ["--signal=B:USR1@45"]), ("control", "gpu002", [])):
+        proc, _ = _login("sbatch", "--parsable", "-N1", "-w", node, "--time=1", *extra,
+                         "-o", f"{out}/ckpt-%j.out", input=CHECKPOINTING_JOB)
+        assert proc.returncode == 0, proc.stderr
+        jobs[label] = proc.stdout.strip().split(";")[0]
+    stack["checkpointing"] = {"jobs": jobs, "over": over, "out": out}
 
 
 @pytest.mark.timeout(420)  # two pods started (up to 90 s each), then logs and exec on each
@@ -644,6 +628,35 @@ def test_no_change_preview_and_refresh(stack: dict) -> None:
     assert set(refresh.summary.resource_changes or {}) == {"same"}
 
 
+@pytest.mark.timeout(300)
+def test_signal_before_the_time_limit_then_the_end(stack: dict) -> None:
+    """The jobs of test_checkpointing_jobs_submitted: the signalled one gets USR1 before the
+    limit, the control none; both end as TIMEOUT once the limit and over_time_limit are past."""
+    if "checkpointing" not in stack:
+        pytest.fail("test_checkpointing_jobs_submitted did not submit the jobs")
+    jobs, over, out = (stack["checkpointing"][k] for k in ("jobs", "over", "out"))
+    try:
+        ended = {label: _wait_job(job, FINISHED, timeout=60 + over + 120) for label, job in jobs.items()}
+        logs = {label: _login("cat", f"{out}/ckpt-{job}.out")[0].stdout for label, job in jobs.items()}
+        print(f"\nsignalled: {logs['signalled'].split()} RunTime={ended['signalled'].get('RunTime')}; "
+              f"control: {logs['control'].split()} RunTime={ended['control'].get('RunTime')}")
+        for label, fields in ended.items():
+            assert fields.get("JobState") == "TIMEOUT", (label, fields)
+            h, m, sec = (int(x) for x in fields["RunTime"].split(":"))
+            run = h * 3600 + m * 60 + sec
+            # ended after the limit and the over-time, within slurmctld's 30 s check interval
+            # and KillWait (30 s) of it
+            assert 60 + over <= run <= 60 + over + 70, (label, fields["RunTime"])
+            assert "CANCELLED AT" in logs[label] and "DUE TO TIME LIMIT" in logs[label], logs[label]
+        got = re.findall(r"USR1 after (\d+) s", logs["signalled"])
+        assert len(got) == 1 and int(got[0]) < 60, logs["signalled"]
+        assert "USR1" not in logs["control"], logs["control"]
+        TIMES.update(usr1_after_s=int(got[0]))
+    finally:
+        for job in jobs.values():
+            _login("scancel", job)
+
+
 def _drift(stack: dict, name: str) -> tuple[int, dict]:
     """`railyard drift` as an operator runs it (every layer, --json); (exit code, document)."""
     t0 = time.monotonic()
@@ -667,34 +680,23 @@ def test_clean_cluster_has_no_drift(stack: dict) -> None:
         assert doc["layers"] == ["nodes", "files", "slurm", "kubernetes"]
 
 
-@pytest.mark.timeout(900)  # refresh, one node's roles from nothing, preview
-def test_node_removed_by_hand_comes_back(stack: dict) -> None:
-    log = stack["log"]
-    before = _podman("inspect", "--format", "{{.Id}}", "railyard-lab-gpu003").stdout.strip()
-    _podman("rm", "--force", "railyard-lab-gpu003")
-    refresh = _timed("refresh_node_gone_s", automation.refresh, CLUSTER, work_dir=stack["work"], on_output=log)
-    assert refresh.summary.resource_changes.get("delete") == 1, log.tail()
-    assert any("gpu003: gone" in line for line in log.lines)
-    # refresh already saw the node gone: this step is Pulumi's own recovery, without the
-    # drift check `railyard up` runs first (test_injected_drift_is_found_and_remediated has it)
-    up = _timed("up_one_node_back_s", lifecycle.up, CLUSTER, remediate=False, work_dir=stack["work"],
-                on_output=log)
-    assert up.summary.resource_changes.get("create") == 1, up.summary.resource_changes
-    after = _podman("inspect", "--format", "{{.Id}}", "railyard-lab-gpu003").stdout.strip()
-    assert after and after != before
-    assert _podman("exec", "railyard-lab-gpu003", "hostname").stdout.strip() == "gpu003"
-    _timed("preview_after_recreate_s", automation.preview, CLUSTER, expect_no_changes=True,
-           work_dir=stack["work"], on_output=log)
-
-
-@pytest.mark.timeout(1200)  # an up cut short, then two nodes' roles from nothing
-def test_interrupted_up_converges(stack: dict) -> None:
-    """Ctrl-C in the middle of an up (SIGINT to the process group, as a terminal sends it),
-    while it creates a Slurm and a Kubernetes node again."""
+@pytest.mark.timeout(1200)  # refresh, an up cut short, then two nodes' roles from nothing
+def test_nodes_removed_by_hand_come_back_through_an_interrupted_up(stack: dict) -> None:
+    """A Slurm and a Kubernetes node removed by hand: refresh sees both gone. Then Ctrl-C in
+    the middle of the up that creates them again (SIGINT to the process group, as a terminal
+    sends it), and the next up finishes: both nodes back, new containers, the roles run on
+    them from nothing. No drift check before either up (remediate=False): this is Pulumi's
+    own recovery (test_injected_drift_is_found_and_remediated has the check)."""
     log = stack["log"]
     gone = ["gpu002", "kw1"]
+    before = {}
     for name in gone:
+        before[name] = _podman("inspect", "--format", "{{.Id}}", f"railyard-lab-{name}").stdout.strip()
         _podman("rm", "--force", f"railyard-lab-{name}")
+    refresh = _timed("refresh_nodes_gone_s", automation.refresh, CLUSTER, work_dir=stack["work"], on_output=log)
+    assert refresh.summary.resource_changes.get("delete") == len(gone), log.tail()
+    for name in gone:
+        assert any(f"{name}: gone" in line for line in log.lines), f"refresh did not say {name} is gone"
     script = (
         "import sys\n"
         "from pathlib import Path\n"
@@ -718,6 +720,8 @@ def test_interrupted_up_converges(stack: dict) -> None:
                 work_dir=stack["work"], on_output=log)
     assert up.summary.result == "succeeded", log.tail()
     for name in gone:
+        after = _podman("inspect", "--format", "{{.Id}}", f"railyard-lab-{name}").stdout.strip()
+        assert after and after != before[name], f"{name}: not a new container"
         assert _podman("exec", f"railyard-lab-{name}", "hostname").stdout.strip() == name
     _timed("preview_after_interrupt_s", automation.preview, CLUSTER, expect_no_changes=True,
            work_dir=stack["work"], on_output=log)

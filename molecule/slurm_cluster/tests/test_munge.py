@@ -1,8 +1,8 @@
 """munge on ctl1: the key from the secret, 0400 munge, munged decodes its own credential.
 
-munge's checks run in slurm_controller's scenario, which converges common and munge on ctl1
-before slurmdbd and slurmctld: a scenario of its own made, converged and destroyed the
-same node again."""
+Every Slurm node's key and ids are test_cluster.py's; this is the role's own contract on one
+node (molecule/slurm_cluster converges common and munge before the Slurm roles, as `railyard
+up` does: a scenario of its own made, converged and destroyed the same node again)."""
 
 from __future__ import annotations
 

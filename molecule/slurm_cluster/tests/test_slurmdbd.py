@@ -1,5 +1,5 @@
-"""The slurmdbd role, converged here before slurm_controller as `railyard up` orders it
-(slurmctld needs it): slurmdbd and MariaDB up on ctl1, slurmdbd.conf 0600 slurm, the
+"""The slurmdbd role on ctl1, converged before slurm_controller as `railyard up` orders it
+(slurmctld needs it): slurmdbd and MariaDB up, slurmdbd.conf 0600 slurm, the
 accounting database built by slurmdbd itself, the password nowhere readable or logged, bad
 passwords refused without being shown, and a new password taken in one run. The password is
 the per-run secret the molecule dependency step writes (tests/support/molecule.py)."""
@@ -123,7 +123,7 @@ BAD = {
 @pytest.mark.parametrize("name", sorted(BAD))
 def test_preflight_refuses_a_password_slurmdbd_conf_cannot_carry(name):
     bad = BAD[name]
-    got = run_role("slurmdbd", {"slurmdbd_storage_password": bad}, "slurmdbd_configure")
+    got = run_role("slurmdbd", {"slurmdbd_storage_password": bad}, "slurmdbd_configure", hosts=NODE)
     assert got["rc"] != 0, f"a password with {name} was taken"
     assert got["task"].endswith("Check the storage password"), got
     assert got["msg"].startswith("slurmdbd: slurmdbd_storage_password must be"), got["msg"]
@@ -136,7 +136,7 @@ def test_a_new_password_is_taken_in_one_run():
     new = PASSWORD + "-rotated"
     tags = "slurmdbd_configure,slurmdbd_run"
     try:
-        first = run_role("slurmdbd", {"slurmdbd_storage_password": new}, tags, check=False)
+        first = run_role("slurmdbd", {"slurmdbd_storage_password": new}, tags, check=False, hosts=NODE)
         assert first["rc"] == 0 and first["changed"] >= 3, first
         assert sql("select 1", user="slurm", password=new).rc == 0
         assert sql("select 1", user="slurm", password=PASSWORD).rc != 0, (
@@ -144,9 +144,9 @@ def test_a_new_password_is_taken_in_one_run():
         )
         assert f"StoragePass={new}" in HOST.file(CONF).content_string.splitlines()
         assert_running(HOST, "slurmdbd")
-        again = run_role("slurmdbd", {"slurmdbd_storage_password": new}, tags, check=False)
+        again = run_role("slurmdbd", {"slurmdbd_storage_password": new}, tags, check=False, hosts=NODE)
         assert again["rc"] == 0 and again["changed"] == 0, again
     finally:
-        back = run_role("slurmdbd", {"slurmdbd_storage_password": PASSWORD}, tags, check=False)
+        back = run_role("slurmdbd", {"slurmdbd_storage_password": PASSWORD}, tags, check=False, hosts=NODE)
     assert back["rc"] == 0, back
     assert sql("select 1", user="slurm", password=PASSWORD).rc == 0
