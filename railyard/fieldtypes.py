@@ -450,6 +450,10 @@ GroupName = Annotated[str, _plain(r"^[a-z_][a-z0-9_-]{0,31}$", "hpcadmin", "a gr
 SlurmAccountName = Annotated[str, _plain(
     r"^[a-z][a-z0-9_-]{0,63}$", "ml-research",
     "a Slurm account or QOS name (lower case letters, digits, '_' and '-', a letter first, up to 64)")]
+# A one-line description that goes into an API object (a PriorityClass's): plain words.
+Description = Annotated[str, _plain(
+    r"^[A-Za-z0-9][A-Za-z0-9 .,;:()_/+-]{0,199}$", "Long training runs; may preempt batch",
+    "a description: one line of up to 200 letters, digits, spaces and '.,;:()_/+-', a letter or digit first")]
 BmcUser = Annotated[str, _plain(r"^[A-Za-z0-9._@-]{1,64}$", "admin", "a BMC user name (letters, digits, '._@-')")]
 SystemId = Annotated[str, _plain(r"^[A-Za-z0-9._-]{1,64}$", "System.Embedded.1", "a Redfish system id")]
 AptName = Annotated[str, _plain(r"^[a-z0-9][a-z0-9+.-]{1,99}$", "enroot", "a Debian package name")]

@@ -31,6 +31,7 @@ from railyard.fieldtypes import (
     AptName,
     BmcUrl,
     BmcUser,
+    Description,
     DeviceList,
     DnsName,
     Domain,
@@ -568,15 +569,52 @@ class Slurm(Strict):
 # ---------------------------------------------------------------- Kubernetes partition
 
 
-class ResourceQuota(Strict):
+class Resources(Strict):
     cpu: Annotated[int, Field(ge=0)] | None = None
     memory_mb: Annotated[int, Field(ge=0)] | None = None
     gpu: Annotated[int, Field(ge=0)] | None = None
 
 
+class ResourceQuota(Resources):
+    """A ClusterQueue's nominal quota on one flavor, and what it may borrow from its cohort
+    beyond it and lend to the cohort out of it (Kueue's borrowingLimit and lendingLimit; a
+    resource left out has no limit). Limits need the queue to be in a cohort."""
+
+    borrowing_limit: Resources | None = None
+    lending_limit: Resources | None = None
+
+
+# Kueue's ClusterQueue .spec.preemption policies (kueue.x-k8s.io/v1beta2, Kueue 0.17).
+WithinClusterQueue = Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"]
+ReclaimWithinCohort = Literal["Never", "LowerPriority", "Any"]
+BorrowWithinCohort = Literal["Never", "LowerPriority"]
+
+
+class Preemption(Strict):
+    """When a pending workload may evict admitted ones (Kueue's ClusterQueue preemption).
+
+    within_cluster_queue: evict lower-priority workloads of the same queue.
+    reclaim_within_cohort: take back nominal quota that other queues of the cohort borrowed.
+    borrow_within_cohort: evict lower-priority workloads of other queues while borrowing;
+    borrow_max_priority names a priority class: only workloads at or below its value may be
+    evicted that way.
+    """
+
+    within_cluster_queue: WithinClusterQueue = "Never"
+    reclaim_within_cohort: ReclaimWithinCohort = "Never"
+    borrow_within_cohort: BorrowWithinCohort = "Never"
+    borrow_max_priority: Name | None = None
+
+
+# Kueue's fair-sharing weight: a queue (or cohort) with weight 2 gets twice the share of
+# unused cohort quota of one with weight 1. Kueue takes it as a quantity; here a decimal.
+Weight = Annotated[float, Field(gt=0, le=1_000_000)]
+
+
 class Cohort(Strict):
     name: Name
     parent: Name | None = None
+    fair_sharing_weight: Weight | None = None
 
 
 class ClusterQueue(Strict):
@@ -585,6 +623,8 @@ class ClusterQueue(Strict):
     namespaces: list[Name] | None = None  # None: every namespace
     # Per flavor (GPU type, or "cpu" for nodes without GPUs); default: all the partition has.
     quotas: dict[str, ResourceQuota] | None = None
+    preemption: Preemption | None = None
+    fair_sharing_weight: Weight | None = None
 
 
 class LocalQueue(Strict):
@@ -595,6 +635,10 @@ class LocalQueue(Strict):
 
 class Kueue(Strict):
     enabled: bool = True
+    # Fair sharing of unused cohort quota by the queues' weights, with preemption to keep
+    # it fair (the manager's fairSharing; preemption strategies LessThanOrEqualToFinalShare,
+    # then LessThanInitialShare, Kueue's default pair).
+    fair_sharing: bool = False
     cohorts: list[Cohort] = []
     cluster_queues: list[ClusterQueue] = []
     local_queues: list[LocalQueue] = []
@@ -628,9 +672,23 @@ class PodNetwork(Strict):
     dns_domain: Domain = "cluster.local"
 
 
+class PriorityClass(Strict):
+    """One priority for both schedulers: a Kueue WorkloadPriorityClass (a job's label
+    ``kueue.x-k8s.io/priority-class``) and a Kubernetes PriorityClass of the same name and
+    value (a pod's or Volcano PodGroup's ``priorityClassName``). preempts: false makes the
+    PriorityClass's preemptionPolicy Never (it waits, and evicts nothing)."""
+
+    name: Name
+    # Kubernetes reserves values above one billion for system classes.
+    value: Annotated[int, Field(ge=-2_147_483_648, le=1_000_000_000)]
+    description: Description | None = None
+    preempts: bool = True
+
+
 class Kubernetes(Strict):
     control_plane: Hostlist
     workers: Hostlist
+    priority_classes: list[PriorityClass] = []
     label_prefix: Domain = "topology.railyard.dev"
     network: PodNetwork = PodNetwork()
     # Where the nodes download the Kubernetes release binaries: a mirror laid out like

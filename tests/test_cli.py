@@ -152,7 +152,8 @@ def test_rendered_inventory_gives_each_host_the_plans_variables(tmp_path, name, 
     net = plan.spec.partitions.kubernetes.network
     # both specs keep the default pod network: the DNS is 10.96.0.0/16's tenth address
     cluster |= {"railyard_k8s_pod_cidr": str(net.pod_cidr), "railyard_k8s_service_cidr": str(net.service_cidr),
-                "railyard_k8s_cluster_dns": "10.96.0.10", "railyard_k8s_dns_domain": net.dns_domain}
+                "railyard_k8s_cluster_dns": "10.96.0.10", "railyard_k8s_dns_domain": net.dns_domain,
+                "railyard_kueue_fair_sharing": False}  # neither spec turns it on
     assert sorted(merged) == sorted(plan.inventory.hostvars)
     for host, hv in plan.inventory.hostvars.items():
         assert merged[host] == {**hv, **cluster}, host

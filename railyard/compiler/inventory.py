@@ -220,6 +220,8 @@ def cluster_vars(plan: Any) -> dict[str, Any]:
     railyard_slurm_pam_slurm_adopt, railyard_slurm_admin_group: whether the spec has
     partitions.slurm.pam_slurm_adopt (slurm_compute then puts it in sshd's PAM stack), and
     the group it lets in besides root (set only with it).
+    railyard_kueue_fair_sharing: the spec's partitions.kubernetes.kueue.fair_sharing (the kueue
+    role's manager configuration; set only with a Kubernetes partition).
     railyard_k8s_pod_cidr, railyard_k8s_service_cidr, railyard_k8s_cluster_dns,
     railyard_k8s_dns_domain: the Kubernetes partition's addresses (spec
     partitions.kubernetes.network); each worker's own block is its railyard_pod_cidr.
@@ -244,6 +246,8 @@ def cluster_vars(plan: Any) -> dict[str, Any]:
         net = plan.kubernetes.network
         out |= {"railyard_k8s_pod_cidr": net.pod_cidr, "railyard_k8s_service_cidr": net.service_cidr,
                 "railyard_k8s_cluster_dns": net.cluster_dns, "railyard_k8s_dns_domain": net.dns_domain}
+        spec_k8s = plan.spec.partitions.kubernetes
+        out["railyard_kueue_fair_sharing"] = bool(spec_k8s and spec_k8s.kueue.enabled and spec_k8s.kueue.fair_sharing)
     return out
 
 

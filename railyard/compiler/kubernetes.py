@@ -1,4 +1,5 @@
-"""Kubernetes: node labels per fabric level, Kueue objects (v1beta2), Volcano queues and HyperNodes.
+"""Kubernetes: node labels per fabric level, Kueue objects (v1beta2), Volcano queues and HyperNodes,
+and the spec's priority classes for both (Kueue WorkloadPriorityClasses, Kubernetes PriorityClasses).
 
 The levels are the fabric's, the same groups Slurm's topology.conf names, so a job that
 asks Kueue or Volcano for "one SU" and one that asks Slurm for ``--switches=1`` get the
@@ -131,6 +132,57 @@ def _quantity_mb(mb: int) -> str:
     return f"{mb}{suffixes[i]}" if mb else "0"
 
 
+def weight_quantity(weight: float) -> str:
+    """A fair-sharing weight in the canonical form Kueue writes back (``2``, ``1500m``), as
+    _quantity_mb does for memory: any other form would read back as drift. validate allows
+    at most three decimals."""
+    milli = round(weight * 1000)
+    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+
+
+def _amounts(have: dict[str, int], got: Any) -> dict[str, str]:
+    """A Resources block (cpu, memory_mb, gpu) -> Kubernetes quantities by resource name."""
+    out = {}
+    if got is None:
+        return out
+    if got.cpu is not None:
+        out["cpu"] = str(got.cpu)
+    if got.memory_mb is not None:
+        out["memory"] = _quantity_mb(got.memory_mb)
+    if got.gpu is not None and have.get("gpu"):
+        out[GPU_RESOURCE] = str(got.gpu)
+    return out
+
+
+def _preemption(cq: Any, priorities: dict[str, int]) -> dict[str, Any]:
+    """Every field written, on every queue (Kueue's defaults where the spec gives none): the
+    API server fills them in anyway, so this reads back as the plan, and a policy edited by
+    hand on any queue is drift."""
+    from railyard.spec import Preemption
+
+    p = cq.preemption or Preemption()
+    borrow: dict[str, Any] = {"policy": p.borrow_within_cohort}
+    if p.borrow_max_priority is not None:
+        borrow["maxPriorityThreshold"] = priorities[p.borrow_max_priority]
+    return {"borrowWithinCohort": borrow, "reclaimWithinCohort": p.reclaim_within_cohort,
+            "withinClusterQueue": p.within_cluster_queue}
+
+
+def priority_objects(cluster: Cluster) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The spec's priority classes: (Kueue WorkloadPriorityClasses, Kubernetes PriorityClasses)."""
+    k8s = cluster.partitions.kubernetes
+    assert k8s is not None
+    kueue, core = [], []
+    for pc in k8s.priority_classes:
+        described = {"description": pc.description} if pc.description else {}
+        kueue.append({"apiVersion": KUEUE_API, "kind": "WorkloadPriorityClass", "metadata": {"name": pc.name},
+                      "value": pc.value, **described})
+        core.append({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": pc.name},
+                     "value": pc.value, "globalDefault": False,
+                     "preemptionPolicy": "PreemptLowerPriority" if pc.preempts else "Never", **described})
+    return kueue, core
+
+
 def _kueue(cluster: Cluster, workers: list[Node], keys: tuple[str, ...], has_fabric: bool) -> list[dict[str, Any]]:
     k8s = cluster.partitions.kubernetes
     assert k8s is not None
@@ -155,15 +207,13 @@ def _kueue(cluster: Cluster, workers: list[Node], keys: tuple[str, ...], has_fab
         if has_fabric:
             spec["topologyName"] = TOPOLOGY_NAME
         objs.append({"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": f}, "spec": spec})
+    objs += priority_objects(cluster)[0]
+    priorities = {pc.name: pc.value for pc in k8s.priority_classes}
     for c in kueue.cohorts:
-        objs.append(
-            {
-                "apiVersion": KUEUE_API,
-                "kind": "Cohort",
-                "metadata": {"name": c.name},
-                "spec": {"parentName": c.parent} if c.parent else {},
-            }
-        )
+        cohort_spec: dict[str, Any] = {"parentName": c.parent} if c.parent else {}
+        if kueue.fair_sharing:
+            cohort_spec["fairSharing"] = {"weight": weight_quantity(c.fair_sharing_weight or 1)}
+        objs.append({"apiVersion": KUEUE_API, "kind": "Cohort", "metadata": {"name": c.name}, "spec": cohort_spec})
     covered = ["cpu", "memory"] + ([GPU_RESOURCE] if has_gpus else [])
     cluster_queues = kueue.cluster_queues
     local_queues = kueue.local_queues
@@ -192,6 +242,13 @@ def _kueue(cluster: Cluster, workers: list[Node], keys: tuple[str, ...], has_fab
             ]
             if has_gpus:
                 resources.append({"name": GPU_RESOURCE, "nominalQuota": str(gpu)})
+            borrowing = _amounts(have, quota.borrowing_limit if quota else None)
+            lending = _amounts(have, quota.lending_limit if quota else None)
+            for r in resources:
+                if r["name"] in borrowing:
+                    r["borrowingLimit"] = borrowing[r["name"]]
+                if r["name"] in lending:
+                    r["lendingLimit"] = lending[r["name"]]
             flavor_specs.append({"name": f, "resources": resources})
         spec = {}
         if cq.cohort:
@@ -202,6 +259,9 @@ def _kueue(cluster: Cluster, workers: list[Node], keys: tuple[str, ...], has_fab
             else {}
         )
         spec["resourceGroups"] = [{"coveredResources": covered, "flavors": flavor_specs}]
+        spec["preemption"] = _preemption(cq, priorities)
+        if kueue.fair_sharing:  # every queue's weight (1 unless the spec says), so an edit is drift
+            spec["fairSharing"] = {"weight": weight_quantity(cq.fair_sharing_weight or 1)}
         objs.append({"apiVersion": KUEUE_API, "kind": "ClusterQueue", "metadata": {"name": cq.name}, "spec": spec})
     # A LocalQueue lives in a namespace that must exist first; Namespaces lead the list.
     objs[:0] = [
@@ -225,7 +285,7 @@ def _volcano(cluster: Cluster, workers: list[Node], fabric: Fabric | None) -> li
     assert k8s is not None
     if not k8s.volcano.enabled:
         return []
-    objs: list[dict[str, Any]] = []
+    objs: list[dict[str, Any]] = priority_objects(cluster)[1]
     for q in k8s.volcano.queues:
         # No capability: Kueue holds the quota; capping here too would count it twice.
         objs.append(

@@ -337,6 +337,8 @@ def _kubernetes(cluster: Cluster, nodes: list[Node], fabric: Fabric | None, prob
                 )
             )
 
+    _kueue_policy(k8s, problems)
+
     from railyard.compiler.kubernetes import flavor_capacity
 
     capacity = flavor_capacity([n for n in nodes if "k8s_worker" in n.roles])
@@ -352,6 +354,15 @@ def _kubernetes(cluster: Cluster, nodes: list[Node], fabric: Fabric | None, prob
                 )
                 continue
             for resource in ("cpu", "memory_mb", "gpu"):
+                lent = getattr(quota.lending_limit, resource) if quota.lending_limit else None
+                nominal = getattr(quota, resource)
+                nominal = capacity[flavor][resource] if nominal is None else nominal
+                if lent is not None and lent > nominal:
+                    problems.append(Problem(
+                        f"{path}.quotas.{flavor}.lending_limit.{resource}",
+                        f"lends {lent} but its nominal quota is {nominal}: a queue lends only what it has; "
+                        f"lower lending_limit.{resource} to at most {nominal}",
+                    ))
                 asked = getattr(quota, resource)
                 if asked is None:
                     continue
@@ -375,6 +386,81 @@ def _kubernetes(cluster: Cluster, nodes: list[Node], fabric: Fabric | None, prob
                     "lower them so they fit (borrowing inside a cohort covers the rest)",
                 )
             )
+
+
+def _kueue_policy(k8s: Any, problems: list[Problem]) -> None:
+    """Priority classes, preemption, borrowing limits and fair sharing: the rules Kueue's
+    webhooks would apply later, on the cluster, said here with the spec's path and fix."""
+    base = "partitions.kubernetes"
+    kueue = k8s.kueue
+    _unique([pc.name for pc in k8s.priority_classes], f"{base}.priority_classes", "priority class", problems)
+    classes = {pc.name for pc in k8s.priority_classes}
+    for i, c in enumerate(kueue.cohorts):
+        if c.fair_sharing_weight is not None:
+            _weight(c.fair_sharing_weight, kueue.fair_sharing, f"{base}.kueue.cohorts[{i}].fair_sharing_weight",
+                    problems)
+    for i, cq in enumerate(kueue.cluster_queues):
+        path = f"{base}.kueue.cluster_queues[{i}]"
+        if cq.fair_sharing_weight is not None:
+            _weight(cq.fair_sharing_weight, kueue.fair_sharing, f"{path}.fair_sharing_weight", problems)
+        if cq.cohort is None:
+            for flavor, quota in (cq.quotas or {}).items():
+                for limit in ("borrowing_limit", "lending_limit"):
+                    if getattr(quota, limit) is not None:
+                        problems.append(Problem(
+                            f"{path}.quotas.{flavor}.{limit}",
+                            f"queue '{cq.name}' is in no cohort, so it has no one to "
+                            f"{'borrow from' if limit == 'borrowing_limit' else 'lend to'}; "
+                            f"set its cohort or drop {limit}",
+                        ))
+        p = cq.preemption
+        if p is None:
+            continue
+        if cq.cohort is None:
+            for name, value in (("reclaim_within_cohort", p.reclaim_within_cohort),
+                                ("borrow_within_cohort", p.borrow_within_cohort)):
+                if value != "Never":
+                    problems.append(Problem(
+                        f"{path}.preemption.{name}",
+                        f"queue '{cq.name}' is in no cohort, so {name}: {value} can never act; set its cohort or "
+                        f"make it Never",
+                    ))
+        if p.borrow_within_cohort != "Never" and p.reclaim_within_cohort == "Never":
+            problems.append(Problem(
+                f"{path}.preemption.borrow_within_cohort",
+                "preempting while borrowing needs reclaim_within_cohort too (Kueue refuses "
+                "reclaimWithinCohort=Never with borrowWithinCohort); set reclaim_within_cohort to LowerPriority "
+                "or Any, or borrow_within_cohort to Never",
+            ))
+        if p.borrow_within_cohort != "Never" and kueue.fair_sharing:
+            problems.append(Problem(
+                f"{path}.preemption.borrow_within_cohort",
+                "Kueue preempts while borrowing only without fair sharing (with it, fair sharing decides what to "
+                "preempt); set borrow_within_cohort to Never or kueue.fair_sharing to false",
+            ))
+        if p.borrow_max_priority is not None:
+            if p.borrow_max_priority not in classes:
+                known = ", ".join(sorted(classes)) or "none"
+                problems.append(Problem(
+                    f"{path}.preemption.borrow_max_priority",
+                    f"no priority class named '{p.borrow_max_priority}' (defined: {known}); add it to "
+                    f"{base}.priority_classes or name one of those",
+                ))
+            if p.borrow_within_cohort == "Never":
+                problems.append(Problem(
+                    f"{path}.preemption.borrow_max_priority",
+                    "applies only to preemption while borrowing; set borrow_within_cohort: LowerPriority or drop "
+                    "borrow_max_priority",
+                ))
+
+
+def _weight(weight: float, enabled: bool, path: str, problems: list[Problem]) -> None:
+    if not enabled:
+        problems.append(Problem(path, "a fair-sharing weight does nothing while fair sharing is off; set "
+                                      "partitions.kubernetes.kueue.fair_sharing: true or drop the weight"))
+    if abs(weight * 1000 - round(weight * 1000)) > 1e-6 or round(weight * 1000) == 0:
+        problems.append(Problem(path, f"{weight} has more than three decimals (Kueue keeps weights to the "
+                                      "thousandth); round it, e.g. to 0.001 or more"))
 
 
 def _pod_network(cluster: Cluster, workers: int, problems: list[Problem]) -> None:

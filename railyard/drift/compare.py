@@ -801,7 +801,9 @@ def compare_kubernetes(plan: Plan, obs: KubernetesObservation,
             out.append(Finding("kubernetes", subject, "object_missing", f"{subject} is in the plan but not in the cluster",
                                f"{fix.up} creates it", "present", "missing"))
             continue
-        for path, w, h in subset_diff({"spec": want["spec"]} if "spec" in want else {}, got):
+        # .spec, or an object's top-level fields where it has none (a priority class's value)
+        body = {key: v for key, v in want.items() if key not in ("apiVersion", "kind", "metadata")}
+        for path, w, h in subset_diff(body, got):
             out.append(Finding("kubernetes", subject, "object_field",
                                f"{subject}: {path} is {h!r} in the cluster, the plan has {w!r}",
                                f"{fix.up} restores it", repr(w), repr(h)))
