@@ -222,3 +222,12 @@ def test_a_priority_value_or_a_preemption_policy_edited_by_hand_is_drift(lab):
         ("object_field", "ClusterQueue/train", "'LowerPriority'", "'Never'"),
         ("object_missing", "PriorityClass/interactive", "present", "missing"),
     }
+
+
+def test_a_gpu_limit_on_a_flavor_without_gpus_is_refused(lab):
+    spec = _policy(lab)
+    spec["nodes"].append({"group": "cpuw", "names": "kw9", "hardware": {"sockets": 1, "cores_per_socket": 2,
+                                                                       "threads_per_core": 1, "memory_mb": 1000}})
+    spec["partitions"]["kubernetes"]["workers"] += ",kw9"
+    spec["partitions"]["kubernetes"]["kueue"]["cluster_queues"][1]["quotas"]["cpu"] = {"borrowing_limit": {"gpu": 1}}
+    assert "have no GPUs" in _refused(spec, f"{CQ}[1].quotas.cpu.borrowing_limit.gpu")

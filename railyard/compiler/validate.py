@@ -353,6 +353,13 @@ def _kubernetes(cluster: Cluster, nodes: list[Node], fabric: Fabric | None, prob
                     Problem(f"{path}.quotas.{flavor}", f"no workers of flavor '{flavor}'; flavors here: {', '.join(sorted(capacity)) or 'none'}")
                 )
                 continue
+            for limit in ("borrowing_limit", "lending_limit"):
+                if getattr(quota, limit) is not None and getattr(quota, limit).gpu is not None \
+                        and not capacity[flavor]["gpu"]:
+                    problems.append(Problem(
+                        f"{path}.quotas.{flavor}.{limit}.gpu",
+                        f"'{flavor}' workers have no GPUs, so there are none to borrow or lend; drop {limit}.gpu",
+                    ))
             for resource in ("cpu", "memory_mb", "gpu"):
                 lent = getattr(quota.lending_limit, resource) if quota.lending_limit else None
                 nominal = getattr(quota, resource)
