@@ -6,6 +6,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+import railyard  # noqa: F401 - first, before a test module imports pulumi: see railyard/__init__.py
+
 ROOT = Path(__file__).resolve().parent.parent
 LAB = ROOT / "inventories" / "lab" / "cluster.yaml"
 EXAMPLES = sorted((ROOT / "inventories").glob("*/cluster.yaml"))
