@@ -8,10 +8,12 @@ lab: setup          ## bring up the lab cluster: `pulumi up` on the lab stack
 	podman exec railyard-lab-login1 mkdir -p /shared/images
 	podman cp /var/cache/railyard/images/busybox.sqsh railyard-lab-login1:/shared/images/busybox.sqsh
 
-# Two workers, a file each at a time (--dist loadfile): the e2e on the lab and the molecule
-# scenarios run side by side (tests/conftest.py sends them out first); the rest fills in.
+# Three workers, a group each at a time (--dist loadgroup, tests/conftest.py makes the
+# groups and sends the longest out first): the e2e on the lab and the two molecule lanes run
+# side by side; the rest fills in. Three on two cores: the lab and the scenarios wait on
+# daemons, sleeps and job time limits a third of the time.
 test: setup         ## every test, as CI runs it (closing table: where the time went)
-	RAILYARD_SETUP_SECONDS=$$(cat .railyard/setup-seconds 2>/dev/null) .venv/bin/python -m pytest -n 2 --dist loadfile
+	RAILYARD_SETUP_SECONDS=$$(cat .railyard/setup-seconds 2>/dev/null) .venv/bin/python -m pytest -n 3 --dist loadgroup --no-loadscope-reorder
 
 setup:              ## its wall time goes to the test run's closing table
 	@mkdir -p .railyard; t0=$$(date +%s); scripts/bootstrap.sh; \

@@ -37,16 +37,28 @@ def lab_plan():
 WIP: dict[str, str] = {}  # path -> reason; empty: every suite is proven
 
 
-# Under `pytest -n 2 --dist loadfile` (make test) each file runs whole on one worker, and
-# the first files go out one per worker in turn: the two longest, the e2e and the molecule
-# scenarios, first, so they run side by side (their containers, names and networks are
-# disjoint) and the rest fills in behind them.
+# Under `make test` (pytest -n 3 --dist loadgroup --no-loadscope-reorder) a group runs whole
+# on one worker and the first groups go out one per worker in turn: the longest first, so
+# they run side by side: the e2e on the lab, then each molecule lane (scenarios that share
+# no container name, network or subnet: tests.support.molecule.Lane). Every other file is
+# a group of its own (as --dist loadfile would), the k8s ones first; they fill in behind.
 FIRST = ("e2e", "molecule", "k8s")
 
 
 def _first(item) -> int:
     kind = _kind(item.nodeid, {m.name for m in item.iter_markers()})
     return FIRST.index(kind) if kind in FIRST else len(FIRST)
+
+
+def _group(item) -> str:
+    kind = _kind(item.nodeid, {m.name for m in item.iter_markers()})
+    if kind == "e2e":
+        return "e2e"
+    if kind == "molecule":
+        from tests.support import molecule
+
+        return molecule.lane_of(item.callspec.id).group
+    return str(Path(item.fspath).relative_to(ROOT))
 
 
 def pytest_configure(config):
@@ -58,11 +70,14 @@ def pytest_configure(config):
     inner_report.show_skipped_subtests(config)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups
 def pytest_collection_modifyitems(config, items):
     import os
 
     if os.environ.get("PYTEST_XDIST_WORKER"):
         items.sort(key=_first)  # stable: files stay whole and in order
+        for item in items:
+            item.add_marker(pytest.mark.xdist_group(_group(item)))
     if os.environ.get("RAILYARD_RUN_WIP") == "1":
         return
     for item in items:
@@ -95,12 +110,28 @@ def _kind(nodeid: str, markers) -> str:
 
 _STARTED: list[float] = []
 _STEPS: dict[str, dict[str, float]] = {}  # molecule scenario -> step -> seconds
+_CPU: list[dict[str, float]] = []  # /proc/stat at the start of the run
+
+
+def _cpu_seconds() -> dict[str, float]:
+    """The machine's CPU time so far, all cores, by state (/proc/stat's first line, in
+    seconds); empty where there is no /proc/stat."""
+    import os
+
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    except OSError:
+        return {}
+    names = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+    tick = os.sysconf("SC_CLK_TCK")
+    return {name: int(value) / tick for name, value in zip(names, fields)}
 
 
 def pytest_sessionstart(session):
     import time
 
     _STARTED.append(time.monotonic())
+    _CPU.append(_cpu_seconds())
 
 
 def pytest_runtest_logreport(report):
@@ -113,7 +144,7 @@ def pytest_runtest_logreport(report):
         spent[1] += 1
     for name, value in report.user_properties:
         if name == "molecule_steps":  # tests/test_molecule.py: each step's wall time
-            _STEPS[report.nodeid.partition("[")[2].rstrip("]")] = value
+            _STEPS[report.nodeid.partition("[")[2].rpartition("]")[0]] = value  # "...]@<xdist group>"
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -142,6 +173,14 @@ def pytest_terminal_summary(terminalreporter):
         workers = getattr(tr.config.option, "numprocesses", None)
         side = f"; {workers} workers side by side, so the kinds add up to more than it" if workers else ""
         tr.write_line(f"(pytest wall time {wall:.1f} s{side})")
+    now = _cpu_seconds()
+    if _CPU and _CPU[0] and now:
+        spent = {k: now[k] - _CPU[0].get(k, 0.0) for k in now}
+        whole = sum(spent.values())
+        waiting = spent.get("idle", 0.0) + spent.get("iowait", 0.0)
+        if whole > 0:
+            tr.write_line(f"(the machine's CPU over the run: {whole:.0f} core-s, {100 * waiting / whole:.0f} % idle"
+                          f" ({spent.get('iowait', 0.0):.0f} s of it waiting on I/O), steal {spent.get('steal', 0.0):.0f} s)")
     if _STEPS:
         _molecule_steps(tr)
 

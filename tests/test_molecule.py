@@ -10,9 +10,11 @@ config's verifier env): its counts are printed, every inner check becomes a subt
 skips show in -ra with their reasons), and a check without @pytest.mark.may_skip that
 skipped fails the scenario.
 
-Scenarios must run one after another: platforms are named by node name (ctl1, gpu001,
-...) so that containers resolve each other by name, and two scenarios using one node name
-cannot run at once on a machine.  For side-by-side runs (two checkouts), give each its own
+Platforms are named by node name (ctl1, gpu001, ...) so that containers resolve each other
+by name, and two scenarios using one node name cannot run at once on a machine: scenarios
+linked by a shared name form a lane and run one after another; two lanes run side by side,
+each on its own network, subnet and state dir (tests.support.molecule.Lane; `make test`
+gives each lane a worker). For side-by-side checkouts, give each its own
 RAILYARD_MOLECULE_NETWORK, RAILYARD_MOLECULE_NET, RAILYARD_MOLECULE_STATE and podman store.
 """
 
@@ -59,6 +61,22 @@ def test_scenarios_found():
                                                         "test_compute.py", "test_login.py")),
                             ("molecule/nfs", ("test_server.py", "test_client.py"))):
         assert all((ROOT / scenario / "tests" / f).is_file() for f in files), scenario
+
+
+def test_lanes_share_no_container_name_network_or_state():
+    lanes = support.lanes(SCENARIOS)
+    assert sorted(s for lane in lanes for s in lane.scenarios) == sorted(s.id for s in SCENARIOS)
+    by_id = {s.id: s for s in SCENARIOS}
+    names = [set().union(*(support.node_names(by_id[s]) for s in lane.scenarios)) for lane in lanes]
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            assert not a & b, f"two lanes create {sorted(a & b)}: they would run side by side"
+    for key in ("RAILYARD_MOLECULE_NETWORK", "RAILYARD_MOLECULE_NET", "RAILYARD_MOLECULE_STATE"):
+        values = [lane.env()[key] for lane in lanes]
+        assert len(set(values)) == len(values), (key, values)
+    # literals: the Slurm scenarios share ctl1/gpu00x; the Kubernetes one shares no name
+    assert support.lane_of("molecule/slurm_cluster", SCENARIOS) == support.lane_of("roles/pyxis/molecule/default", SCENARIOS)
+    assert support.lane_of("molecule/kubernetes", SCENARIOS).scenarios == ("molecule/kubernetes",)
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.id)
@@ -198,9 +216,10 @@ def test_molecule(scenario, subtests, request, tmp_path):
         print(f"SKIP {scenario.id}: {reason}")
         pytest.skip(reason)
     report_path = tmp_path / "inner-report.jsonl"
+    lane = support.lane_of(scenario.id, SCENARIOS).env()
     env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
            "ANSIBLE_FORCE_COLOR": "0", "PY_COLORS": "0", "NO_COLOR": "1",
-           inner_report.ENV: str(report_path)}
+           inner_report.ENV: str(report_path), **lane}
     molecule = str(VENV_BIN / "molecule")
     start = time.monotonic()
     steps: dict[str, float] = {}
@@ -209,7 +228,7 @@ def test_molecule(scenario, subtests, request, tmp_path):
         if isinstance(rc, str):  # timed out: its containers are still there
             _run([molecule, "destroy", "-s", scenario.name], scenario.cwd, env, DESTROY_TIMEOUT)
     finally:
-        support.clean()
+        support.clean(Path(lane["RAILYARD_MOLECULE_STATE"]), lane["RAILYARD_MOLECULE_NETWORK"])
     took = time.monotonic() - start
     inner = inner_report.load(report_path)
     print(f"{scenario.id}: molecule test took {took:.0f}s ("

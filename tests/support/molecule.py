@@ -105,13 +105,29 @@ def blocks_spec(cidr: str = MOLECULE_CIDR) -> dict[str, Any]:
     return spec
 
 
+# The batch policy molecule/kubernetes proves on the ha variant: two priorities, and beside
+# the lab's queue (which preempts lower priorities) a control queue that never preempts, in
+# no cohort (so it cannot borrow the other's idle quota either).
+HA_PRIORITIES = [{"name": "training-high", "value": 1000, "description": "Production training runs"},
+                 {"name": "batch", "value": 100, "description": "Sweeps and backfill"}]
+CONTROL_QUEUE = "gpu-no-preemption"
+
+
 def ha_spec(cidr: str = MOLECULE_CIDR) -> dict[str, Any]:
     """The lab with three Kubernetes control-plane nodes (kcp[1-3]: a 3-member etcd, an
     apiserver on each, behind every worker's haproxy), as a site runs it;
-    molecule/kubernetes runs this variant and stops one of them. The lab itself keeps one."""
+    molecule/kubernetes runs this variant and stops one of them. The lab itself keeps one.
+    Its Kueue has priorities and preemption (:data:`HA_PRIORITIES`, :data:`CONTROL_QUEUE`)."""
     spec = lab_spec(cidr)
     next(g for g in spec["nodes"] if g["group"] == "kcp")["names"] = "kcp[1-3]"
-    spec["partitions"]["kubernetes"]["control_plane"] = "kcp[1-3]"
+    k8s = spec["partitions"]["kubernetes"]
+    k8s["control_plane"] = "kcp[1-3]"
+    k8s["priority_classes"] = copy.deepcopy(HA_PRIORITIES)
+    kueue = k8s["kueue"]
+    kueue["cluster_queues"][0]["preemption"] = {"within_cluster_queue": "LowerPriority"}
+    kueue["cluster_queues"].append({"name": CONTROL_QUEUE, "preemption": {"within_cluster_queue": "Never"}})
+    kueue["local_queues"].append({"name": CONTROL_QUEUE, "namespace": kueue["local_queues"][0]["namespace"],
+                                  "cluster_queue": CONTROL_QUEUE})
     return spec
 
 
@@ -237,18 +253,19 @@ def prepare(variant: str = "lab") -> Path:
     return out
 
 
-def clean() -> None:
-    """Drop the per-run key and the network (when no container uses it any more)."""
-    MUNGE_KEY.unlink(missing_ok=True)
-    SLURMDBD_PASSWORD.unlink(missing_ok=True)
+def clean(state: Path = STATE, network: str = NETWORK) -> None:
+    """Drop the per-run secrets and the network (when no container uses it any more); a
+    lane's own with its ``state`` and ``network`` (:meth:`Lane.env`)."""
+    (state / MUNGE_KEY.name).unlink(missing_ok=True)
+    (state / SLURMDBD_PASSWORD.name).unlink(missing_ok=True)
     if shutil.which("podman") is None:
         return
     users = subprocess.run(
-        ["podman", "ps", "-aq", "--filter", f"network={NETWORK}"],
+        ["podman", "ps", "-aq", "--filter", f"network={network}"],
         capture_output=True,
         text=True, check=False)
     if users.returncode == 0 and not users.stdout.strip():
-        subprocess.run(["podman", "network", "rm", NETWORK], capture_output=True, check=False)
+        subprocess.run(["podman", "network", "rm", network], capture_output=True, check=False)
 
 
 # --- scenarios ----------------------------------------------------------------------------
@@ -278,6 +295,57 @@ def scenarios() -> list[Scenario]:
     for f in sorted(ROOT.glob("molecule/*/molecule.yml")):
         found.append(Scenario(f.parent.name, ROOT, f))
     return found
+
+
+def node_names(scenario: Scenario) -> set[str]:
+    """The container names a scenario creates: its platforms' names (the base's `instance`
+    for a scenario that lists none)."""
+    config = scenario.config()
+    platforms = config.get("platforms") or yaml.safe_load(BASE_CONFIG.read_text())["platforms"]
+    return {p["name"] for p in platforms}
+
+
+@dataclass(frozen=True)
+class Lane:
+    """Scenarios that share a container name, run one after another. Two lanes share no
+    container name, podman network, subnet or state dir (munge key, renders), so `make test`
+    runs them side by side (tests/conftest.py gives each lane its own pytest worker).
+    Lane 0 keeps the defaults (:data:`NETWORK`, :data:`MOLECULE_NET`, :data:`STATE`); lane
+    *i* gets ``<network>-<i>``, the next /24 (``10.78.<i>``) and ``<state>/lane<i>``."""
+
+    index: int
+    scenarios: tuple[str, ...]  # scenario ids
+
+    @property
+    def group(self) -> str:
+        return f"molecule-lane{self.index}"
+
+    def env(self) -> dict[str, str]:
+        a, b, c = MOLECULE_NET.split(".")
+        return {
+            "RAILYARD_MOLECULE_NETWORK": NETWORK if self.index == 0 else f"{NETWORK}-{self.index}",
+            "RAILYARD_MOLECULE_NET": f"{a}.{b}.{int(c) + self.index}",
+            "RAILYARD_MOLECULE_STATE": str(STATE if self.index == 0 else STATE / f"lane{self.index}"),
+        }
+
+
+def lanes(found: list[Scenario] | None = None) -> list[Lane]:
+    """The scenarios split into lanes: the groups of scenarios linked by a shared container
+    name (one lane each), the lane with the most scenarios first."""
+    found = scenarios() if found is None else found
+    groups: list[tuple[set[str], list[str]]] = []  # (names, scenario ids)
+    for scenario in found:
+        names, ids = node_names(scenario), [scenario.id]
+        for group in [g for g in groups if g[0] & names]:
+            groups.remove(group)
+            names, ids = names | group[0], group[1] + ids
+        groups.append((names, ids))
+    ordered = sorted(groups, key=lambda g: (-len(g[1]), min(g[1])))
+    return [Lane(i, tuple(sorted(ids))) for i, (_names, ids) in enumerate(ordered)]
+
+
+def lane_of(scenario_id: str, found: list[Scenario] | None = None) -> Lane:
+    return next(lane for lane in lanes(found) if scenario_id in lane.scenarios)
 
 
 def platform(node: str, plan: dict[str, Any]) -> dict[str, Any]:

@@ -67,11 +67,15 @@ def get(*args: str):
     return json.loads(kubectl("get", *args, "-o", "json").stdout)
 
 
-def job(name: str, pods: int, gpus: int, annotation: dict[str, str] | None = None) -> str:
-    ns, queue = LQ["metadata"]["namespace"], LQ["metadata"]["name"]
+def job(name: str, pods: int, gpus: int, annotation: dict[str, str] | None = None, queue: str | None = None,
+        priority: str | None = None) -> str:
+    ns = LQ["metadata"]["namespace"]
+    labels = {"kueue.x-k8s.io/queue-name": queue or LQ["metadata"]["name"]}
+    if priority:
+        labels["kueue.x-k8s.io/priority-class"] = priority
     return json.dumps({
         "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "namespace": ns, "labels": {"kueue.x-k8s.io/queue-name": queue}},
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
         "spec": {
             "parallelism": pods, "completions": pods, "suspend": True,
             "template": {
@@ -457,6 +461,70 @@ def test_job_over_the_quota_waits_until_quota_frees():
         print(f"{second} admitted {time.monotonic() - t0:.2f} s after {first} was deleted")
     finally:
         for n in (first, second):
+            delete_job(n)
+
+
+# -- priorities and preemption (the ha variant's policy, tests/support/molecule.ha_spec) ----
+# From the spec: the lab's queue preempts lower priorities within itself; the control queue,
+# the same quota in no cohort, never preempts.
+SPEC_K8S = support.VARIANTS[VARIANT]()["partitions"]["kubernetes"]
+PRIORITIES = {p["name"]: p["value"] for p in SPEC_K8S.get("priority_classes") or []}
+PREEMPTING = {q["name"]: (q.get("preemption") or {}).get("within_cluster_queue", "Never")
+              for q in SPEC_K8S["kueue"]["cluster_queues"]}
+
+
+def _preempt(queue: str, high: str, low: str, patience: float) -> dict[str, float | None]:
+    """A low-priority job holds all of *queue*'s GPUs, then a high-priority job of one node
+    arrives. Returns the seconds from its submission to the low one's eviction and to its
+    own pod Running (None: never, within the wait)."""
+    filler, urgent = f"low-{queue}", f"high-{queue}"
+    per_node = max(PLAN_GPUS.values())
+    kubectl("apply", "-f", "-", stdin=job(filler, GPU_QUOTA // per_node, per_node, queue=queue, priority=low))
+    took, _ = wait(lambda: condition(workload_of(filler), "Admitted").get("status") == "True", 60)
+    assert took is not None, f"{filler} not admitted: {workload_of(filler)}"
+    t0 = time.monotonic()
+    kubectl("apply", "-f", "-", stdin=job(urgent, 1, per_node, queue=queue, priority=high))
+    evicted, _ = wait(lambda: condition(workload_of(filler), "Evicted").get("status") == "True", patience)
+    ran, _ = wait(lambda: running_pods(urgent), 60 if evicted is not None else 5)
+    return {"evicted": evicted, "running": None if ran is None else time.monotonic() - t0}
+
+
+def test_a_high_priority_job_preempts_a_low_one_that_runs_again_later_where_the_control_waits():
+    assert PRIORITIES, "the variant's spec names no priority classes"
+    high, low = max(PRIORITIES, key=PRIORITIES.get), min(PRIORITIES, key=PRIORITIES.get)
+    preempting = next(q for q, p in PREEMPTING.items() if p == "LowerPriority")
+    control = next(q for q, p in PREEMPTING.items() if p == "Never")
+    names = [f"{kind}-{q}" for kind in ("low", "high") for q in (preempting, control)]
+    for n in names:
+        delete_job(n)
+    try:
+        got = _preempt(preempting, high, low, 60)
+        filler, urgent = f"low-{preempting}", f"high-{preempting}"
+        assert got["evicted"] is not None, f"{filler} was not preempted: {workload_of(filler)}"
+        assert condition(workload_of(filler), "Evicted").get("reason") == "Preempted", workload_of(filler)
+        assert got["running"] is not None, f"{urgent} did not run after the preemption: {workload_of(urgent)}"
+        print(f"\n{urgent} ({high}): {filler} ({low}) evicted {got['evicted']:.2f} s after its submission, "
+              f"its pod Running {got['running']:.2f} s after it")
+        # requeued, not lost: it waits while the high one runs, and runs again once it ends
+        requeued = workload_of(filler)
+        assert condition(requeued, "QuotaReserved").get("status") != "True", requeued
+        delete_job(urgent)
+        took, _ = wait(lambda: condition(workload_of(filler), "Admitted").get("status") == "True", 60)
+        assert took is not None, f"{filler} was not admitted again after {urgent} ended: {workload_of(filler)}"
+        ran, _ = wait(lambda: running_pods(filler), 60)
+        assert ran is not None, f"{filler}'s pods did not run again"
+        print(f"{filler} admitted again {took:.2f} s after {urgent} was deleted")
+        delete_job(filler)
+
+        # the control: the same pair in a queue that never preempts
+        got = _preempt(control, high, low, 10)  # Kueue preempted within seconds above
+        filler, urgent = f"low-{control}", f"high-{control}"
+        assert got["evicted"] is None, f"{control} (never preempts) evicted {filler}: {workload_of(filler)}"
+        assert condition(workload_of(filler), "Admitted").get("status") == "True", workload_of(filler)
+        assert condition(workload_of(urgent), "QuotaReserved").get("status") != "True", workload_of(urgent)
+        assert not running_pods(urgent)
+    finally:
+        for n in names:
             delete_job(n)
 
 
