@@ -37,11 +37,10 @@ def lab_plan():
 WIP: dict[str, str] = {}  # path -> reason; empty: every suite is proven
 
 
-# Under `make test` (pytest -n 3 --dist loadgroup --no-loadscope-reorder) a group runs whole
-# on one worker and the first groups go out one per worker in turn: the longest first, so
-# they run side by side: the e2e on the lab, then each molecule lane (scenarios that share
-# no container name, network or subnet: tests.support.molecule.Lane). Every other file is
-# a group of its own (as --dist loadfile would), the k8s ones first; they fill in behind.
+# Under `make test` (pytest -n 3 --dist loadfile --no-loadscope-reorder) a file runs whole
+# on one worker, and the first go out one per worker in turn, so the longest run side by
+# side: the e2e on the lab first, then each molecule lane (pytest_xdist_make_scheduler
+# below), then the k8s files; the rest fills in behind them.
 FIRST = ("e2e", "molecule", "k8s")
 
 
@@ -50,15 +49,27 @@ def _first(item) -> int:
     return FIRST.index(kind) if kind in FIRST else len(FIRST)
 
 
-def _group(item) -> str:
-    kind = _kind(item.nodeid, {m.name for m in item.iter_markers()})
-    if kind == "e2e":
-        return "e2e"
-    if kind == "molecule":
-        from tests.support import molecule
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile, except that the molecule scenarios go out by lane: scenarios of two
+    lanes share no container name, network, subnet or state dir, so two workers run them
+    side by side (tests.support.molecule.Lane), each lane's in order. (--dist loadgroup
+    would do it with xdist_group marks, but xdist 3.8 names a group by rewriting
+    item._nodeid, which pytest 9 no longer reads.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
 
-        return molecule.lane_of(item.callspec.id).group
-    return str(Path(item.fspath).relative_to(ROOT))
+    from tests.support import molecule
+
+    lanes = {f"tests/test_molecule.py::test_molecule[{scenario}]": lane.group
+             for lane in molecule.lanes() for scenario in lane.scenarios}
+
+    class ByFileAndLane(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return lanes.get(nodeid) or super()._split_scope(nodeid)
+
+    return ByFileAndLane(config, log)
 
 
 def pytest_configure(config):
@@ -70,14 +81,11 @@ def pytest_configure(config):
     inner_report.show_skipped_subtests(config)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups
 def pytest_collection_modifyitems(config, items):
     import os
 
     if os.environ.get("PYTEST_XDIST_WORKER"):
         items.sort(key=_first)  # stable: files stay whole and in order
-        for item in items:
-            item.add_marker(pytest.mark.xdist_group(_group(item)))
     if os.environ.get("RAILYARD_RUN_WIP") == "1":
         return
     for item in items:
@@ -144,7 +152,7 @@ def pytest_runtest_logreport(report):
         spent[1] += 1
     for name, value in report.user_properties:
         if name == "molecule_steps":  # tests/test_molecule.py: each step's wall time
-            _STEPS[report.nodeid.partition("[")[2].rpartition("]")[0]] = value  # "...]@<xdist group>"
+            _STEPS[report.nodeid.partition("[")[2].rstrip("]")] = value
 
 
 def pytest_terminal_summary(terminalreporter):

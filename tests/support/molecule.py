@@ -105,29 +105,53 @@ def blocks_spec(cidr: str = MOLECULE_CIDR) -> dict[str, Any]:
     return spec
 
 
-# The batch policy molecule/kubernetes proves on the ha variant: two priorities, and beside
-# the lab's queue (which preempts lower priorities) a control queue that never preempts, in
-# no cohort (so it cannot borrow the other's idle quota either).
+# The batch policy molecule/kubernetes proves on the ha variant, each proof beside a control
+# that lacks the policy:
+# - priorities: the lab's queue preempts lower priorities; CONTROL_QUEUE never does (and is
+#   in no cohort, so it cannot borrow the other's idle quota either);
+# - borrowing: in cohort "share", borrower borrows lender's idle GPUs and lender takes them
+#   back by preemption (reclaim Any); in "share-control" the lender never reclaims;
+# - fair sharing: in cohort "fair", fair-a and fair-b (weights 2:1, no quota of their own)
+#   share fair-pool's CPUs; in "fair-control" the same with weights 1:1.
 HA_PRIORITIES = [{"name": "training-high", "value": 1000, "description": "Production training runs"},
                  {"name": "batch", "value": 100, "description": "Sweeps and backfill"}]
 CONTROL_QUEUE = "gpu-no-preemption"
+
+
+def _ha_queues() -> list[dict[str, Any]]:
+    reclaim = {"reclaim_within_cohort": "Any"}
+    nothing = {"gpu": 0, "cpu": 0, "memory_mb": 0}
+    queues: list[dict[str, Any]] = [{"name": CONTROL_QUEUE, "preemption": {"within_cluster_queue": "Never"}}]
+    for cohort, lender_policy in (("share", reclaim), ("share-control", None)):
+        queues += [{"name": f"{cohort}-lender", "cohort": cohort, "quotas": {"standin": {"gpu": 1}},
+                    **({"preemption": lender_policy} if lender_policy else {})},
+                   {"name": f"{cohort}-borrower", "cohort": cohort, "quotas": {"standin": {"gpu": 1}}}]
+    for cohort, weights in (("fair", (2, 1)), ("fair-control", (1, 1))):
+        queues.append({"name": f"{cohort}-pool", "cohort": cohort, "quotas": {"standin": {"gpu": 0}}})
+        queues += [{"name": f"{cohort}-{side}", "cohort": cohort, "quotas": {"standin": nothing},
+                    "fair_sharing_weight": weight, "preemption": reclaim}
+                   for side, weight in zip("ab", weights)]
+    return queues
 
 
 def ha_spec(cidr: str = MOLECULE_CIDR) -> dict[str, Any]:
     """The lab with three Kubernetes control-plane nodes (kcp[1-3]: a 3-member etcd, an
     apiserver on each, behind every worker's haproxy), as a site runs it;
     molecule/kubernetes runs this variant and stops one of them. The lab itself keeps one.
-    Its Kueue has priorities and preemption (:data:`HA_PRIORITIES`, :data:`CONTROL_QUEUE`)."""
+    Its Kueue has priorities, preemption, borrowing and fair sharing (:func:`_ha_queues`)."""
     spec = lab_spec(cidr)
     next(g for g in spec["nodes"] if g["group"] == "kcp")["names"] = "kcp[1-3]"
     k8s = spec["partitions"]["kubernetes"]
     k8s["control_plane"] = "kcp[1-3]"
     k8s["priority_classes"] = copy.deepcopy(HA_PRIORITIES)
     kueue = k8s["kueue"]
+    kueue["fair_sharing"] = True
     kueue["cluster_queues"][0]["preemption"] = {"within_cluster_queue": "LowerPriority"}
-    kueue["cluster_queues"].append({"name": CONTROL_QUEUE, "preemption": {"within_cluster_queue": "Never"}})
-    kueue["local_queues"].append({"name": CONTROL_QUEUE, "namespace": kueue["local_queues"][0]["namespace"],
-                                  "cluster_queue": CONTROL_QUEUE})
+    added = _ha_queues()
+    kueue["cohorts"] += [{"name": c} for c in dict.fromkeys(q["cohort"] for q in added if "cohort" in q)]
+    kueue["cluster_queues"] += added
+    namespace = kueue["local_queues"][0]["namespace"]
+    kueue["local_queues"] += [{"name": q["name"], "namespace": namespace, "cluster_queue": q["name"]} for q in added]
     return spec
 
 

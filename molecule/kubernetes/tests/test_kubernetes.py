@@ -68,7 +68,7 @@ def get(*args: str):
 
 
 def job(name: str, pods: int, gpus: int, annotation: dict[str, str] | None = None, queue: str | None = None,
-        priority: str | None = None) -> str:
+        priority: str | None = None, cpu: str = "100m") -> str:
     ns = LQ["metadata"]["namespace"]
     labels = {"kueue.x-k8s.io/queue-name": queue or LQ["metadata"]["name"]}
     if priority:
@@ -83,7 +83,7 @@ def job(name: str, pods: int, gpus: int, annotation: dict[str, str] | None = Non
                 "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1, "containers": [{
                     # KWOK runs no container; the real kubelet runs the locally imported image
                     "name": "train", "image": IMAGE, "imagePullPolicy": "Never", "command": ["sleep", "3600"],
-                    "resources": {"requests": {"cpu": "100m", "memory": "64Mi", "nvidia.com/gpu": str(gpus)},
+                    "resources": {"requests": {"cpu": cpu, "memory": "64Mi", "nvidia.com/gpu": str(gpus)},
                                   "limits": {"nvidia.com/gpu": str(gpus)}}}]},
             },
         },
@@ -526,6 +526,97 @@ def test_a_high_priority_job_preempts_a_low_one_that_runs_again_later_where_the_
     finally:
         for n in names:
             delete_job(n)
+
+
+def test_a_queue_borrows_idle_gpus_and_the_lender_takes_them_back_where_the_control_lender_waits():
+    """Cohort "share": the borrower runs a 2-GPU job on its 1 GPU and the lender's idle one;
+    the lender's own 1-GPU job then reclaims it (reclaim_within_cohort: Any) and the
+    borrower's job is requeued. Cohort "share-control": the same, and the lender waits."""
+    cohorts = {q["cohort"]: (q.get("preemption") or {}).get("reclaim_within_cohort", "Never")
+               for q in SPEC_K8S["kueue"]["cluster_queues"] if q["name"].endswith("-lender")}
+    assert set(cohorts.values()) == {"Any", "Never"}, cohorts
+    names = [f"{kind}-{c}" for c in cohorts for kind in ("wide", "own")]
+    for n in names:
+        delete_job(n)
+    try:
+        for cohort, reclaim in cohorts.items():
+            wide, own = f"wide-{cohort}", f"own-{cohort}"
+            kubectl("apply", "-f", "-", stdin=job(wide, 2, 1, queue=f"{cohort}-borrower"))
+            took, _ = wait(lambda w=wide: condition(workload_of(w), "Admitted").get("status") == "True", 60)
+            assert took is not None, f"{wide} (2 GPUs, its queue has 1) did not borrow: {workload_of(wide)}"
+            usage = get("clusterqueue", f"{cohort}-borrower")["status"]["flavorsUsage"]
+            borrowed = {r["name"]: r.get("borrowed", "0") for f in usage for r in f["resources"]}
+            assert borrowed.get("nvidia.com/gpu") == "1", usage
+            t0 = time.monotonic()
+            kubectl("apply", "-f", "-", stdin=job(own, 1, 1, queue=f"{cohort}-lender"))
+            if reclaim == "Any":
+                took, _ = wait(lambda o=own: condition(workload_of(o), "Admitted").get("status") == "True", 60)
+                assert took is not None, f"{own} did not get its lent GPU back: {workload_of(own)}"
+                assert condition(workload_of(wide), "Evicted").get("reason") == "Preempted", workload_of(wide)
+                assert condition(workload_of(wide), "QuotaReserved").get("status") != "True", workload_of(wide)
+                print(f"\n{cohort}: the lender's job admitted {time.monotonic() - t0:.2f} s after its submission, "
+                      f"the borrower's requeued")
+            else:
+                time.sleep(10)  # Kueue reclaimed within seconds above
+                assert condition(workload_of(own), "QuotaReserved").get("status") != "True", workload_of(own)
+                assert condition(workload_of(wide), "Admitted").get("status") == "True", workload_of(wide)
+            delete_job(own)
+            delete_job(wide)
+    finally:
+        for n in names:
+            delete_job(n)
+
+
+def _admitted(queues: list[str]) -> dict[str, int]:
+    ns = LQ["metadata"]["namespace"]
+    counts = dict.fromkeys(queues, 0)
+    for w in get("workloads", "-n", ns)["items"]:
+        cq = ((w.get("status") or {}).get("admission") or {}).get("clusterQueue")
+        if cq in counts and condition(w, "QuotaReserved").get("status") == "True":
+            counts[cq] += 1
+    return counts
+
+
+def test_fair_sharing_admits_by_the_queues_weights_where_equal_weights_split_evenly():
+    """Cohorts "fair" (weights 2:1) and "fair-control" (1:1): two queues without quota of
+    their own submit 1-pod CPU jobs, a and b in turn, more than the pool's CPUs hold; once
+    the admissions settle (fair sharing preempts the queue over its share), the admitted
+    jobs split by the weights, within one job."""
+    weights = {q["name"]: q.get("fair_sharing_weight", 1) for q in SPEC_K8S["kueue"]["cluster_queues"]
+               if q.get("cohort", "").startswith("fair") and not q["name"].endswith("-pool")}
+    assert SPEC_K8S["kueue"].get("fair_sharing") is True
+    per_job_m = 250
+    for cohort in ("fair", "fair-control"):
+        a, b = f"{cohort}-a", f"{cohort}-b"
+        pool = get("clusterqueue", f"{cohort}-pool")["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
+        cpu_m = next(int(r["nominalQuota"]) * 1000 for r in pool if r["name"] == "cpu")
+        n = cpu_m // per_job_m  # jobs per queue: each alone could fill the pool
+        names = [f"{side}-{i}" for i in range(n) for side in (a, b)]
+        kubectl("delete", "jobs", "-n", LQ["metadata"]["namespace"], "-l", f"railyard-test={cohort}", "--wait=true",
+                "--timeout=60s", check=False)
+        docs = [json.loads(job(name, 1, 0, queue=name.rsplit("-", 1)[0], cpu=f"{per_job_m}m")) for name in names]
+        for d in docs:
+            d["metadata"]["labels"]["railyard-test"] = cohort
+        try:
+            t0 = time.monotonic()
+            kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
+            last, since = None, time.monotonic()
+            while time.monotonic() - t0 < 180:
+                counts = _admitted([a, b])
+                if counts != last:
+                    last, since = counts, time.monotonic()
+                elif time.monotonic() - since > 15 and sum(counts.values()) > 0:
+                    break
+                time.sleep(1)
+            total = sum(last.values())
+            want_a = total * weights[a] / (weights[a] + weights[b])
+            print(f"\n{cohort} (weights {weights[a]}:{weights[b]}): admitted {last[a]}:{last[b]} of {total} "
+                  f"(settled {since - t0:.1f} s after submission; {weights[a]}:{weights[b]} is "
+                  f"{want_a:.2f}:{total - want_a:.2f})")
+            assert abs(last[a] - want_a) <= 1, (cohort, last, want_a)
+        finally:
+            kubectl("delete", "jobs", "-n", LQ["metadata"]["namespace"], "-l", f"railyard-test={cohort}",
+                    "--wait=true", "--timeout=120s", check=False)
 
 
 VQUEUE = next(d for d in VOLCANO_DOCS if d["kind"] == "Queue")["metadata"]["name"]
