@@ -8,13 +8,14 @@ lab: setup          ## bring up the lab cluster: `pulumi up` on the lab stack
 	podman exec railyard-lab-login1 mkdir -p /shared/images
 	podman cp /var/cache/railyard/images/busybox.sqsh railyard-lab-login1:/shared/images/busybox.sqsh
 
-# Three workers, a file each at a time (--dist loadfile; the molecule scenarios by lane,
+# Two workers, a file each at a time (--dist loadfile; the molecule scenarios by lane,
 # tests/conftest.py, which also sends the longest out first: --no-loadscope-reorder keeps
-# that order): the e2e on the lab and the two molecule lanes run side by side; the rest fills
-# in. Three on two cores: the lab and the scenarios wait on daemons, sleeps and job time
-# limits a third of the time.
+# that order, where xdist would sort the files by their number of tests): the e2e on the lab
+# and the molecule lanes run side by side; the rest fills in. A third worker on 2 cores ran
+# the lab and both lanes at once and made each so slow that molecule/kubernetes passed its
+# 1800 s limit.
 test: setup         ## every test, as CI runs it (closing table: where the time went)
-	RAILYARD_SETUP_SECONDS=$$(cat .railyard/setup-seconds 2>/dev/null) .venv/bin/python -m pytest -n 3 --dist loadfile --no-loadscope-reorder
+	RAILYARD_SETUP_SECONDS=$$(cat .railyard/setup-seconds 2>/dev/null) .venv/bin/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 setup:              ## its wall time goes to the test run's closing table
 	@mkdir -p .railyard; t0=$$(date +%s); scripts/bootstrap.sh; \

@@ -37,7 +37,7 @@ def lab_plan():
 WIP: dict[str, str] = {}  # path -> reason; empty: every suite is proven
 
 
-# Under `make test` (pytest -n 3 --dist loadfile --no-loadscope-reorder) a file runs whole
+# Under `make test` (pytest -n 2 --dist loadfile --no-loadscope-reorder) a file runs whole
 # on one worker, and the first go out one per worker in turn, so the longest run side by
 # side: the e2e on the lab first, then each molecule lane (pytest_xdist_make_scheduler
 # below), then the k8s files; the rest fills in behind them.

@@ -12,9 +12,9 @@ skipped fails the scenario.
 
 Platforms are named by node name (ctl1, gpu001, ...) so that containers resolve each other
 by name, and two scenarios using one node name cannot run at once on a machine: scenarios
-linked by a shared name form a lane and run one after another; two lanes run side by side,
-each on its own network, subnet and state dir (tests.support.molecule.Lane; `make test`
-gives each lane a worker). For side-by-side checkouts, give each its own
+linked by a shared name form a lane and run one after another; two lanes can run side by
+side, each on its own network, subnet and state dir (tests.support.molecule.Lane; `make
+test` sends each lane to a worker as one unit). For side-by-side checkouts, give each its own
 RAILYARD_MOLECULE_NETWORK, RAILYARD_MOLECULE_NET, RAILYARD_MOLECULE_STATE and podman store.
 """
 

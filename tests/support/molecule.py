@@ -333,7 +333,7 @@ def node_names(scenario: Scenario) -> set[str]:
 class Lane:
     """Scenarios that share a container name, run one after another. Two lanes share no
     container name, podman network, subnet or state dir (munge key, renders), so `make test`
-    runs them side by side (tests/conftest.py gives each lane its own pytest worker).
+    can run them side by side (tests/conftest.py sends each lane out as one unit of work).
     Lane 0 keeps the defaults (:data:`NETWORK`, :data:`MOLECULE_NET`, :data:`STATE`); lane
     *i* gets ``<network>-<i>``, the next /24 (``10.78.<i>``) and ``<state>/lane<i>``."""
 

@@ -73,7 +73,8 @@ def run_role(role: str, extra_vars: dict, tags: str, check: bool = True, hosts: 
     (*hosts*, a pattern), with the play's *vars_files* (as a converge.yml names them).
 
     Returns the exit code, the last failed task's name and message (the one that stopped
-    the play: a failure a block rescued comes before it), and how many tasks changed.
+    the play: a failure a block rescued comes before it), every failed message in order (a
+    loop's failed items each, not its summary) as ``msgs``, and how many tasks changed.
     Check mode with an install tag leaves the instance as converge left it.
     """
     playbook = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / f"{role}-source.yml"
@@ -92,8 +93,10 @@ def run_role(role: str, extra_vars: dict, tags: str, check: bool = True, hosts: 
     start = 0 if out.stdout.startswith("{") else out.stdout.index("\n{") + 1
     result, _ = json.JSONDecoder().raw_decode(out.stdout, start)
     changed = sum(s["changed"] for s in result["stats"].values())
-    failed = [(task["task"]["name"], res["msg"]) for task in result["plays"][0]["tasks"]
+    failed = [(task["task"]["name"], res) for task in result["plays"][0]["tasks"]
               for res in task["hosts"].values() if res.get("failed")]
+    msgs = [item.get("msg", "") for _name, res in failed for item in res.get("results", [res]) if item.get("failed")]
     if failed:
-        return {"rc": out.returncode, "task": failed[-1][0], "msg": failed[-1][1], "changed": changed}
-    return {"rc": out.returncode, "task": None, "msg": "", "changed": changed}
+        return {"rc": out.returncode, "task": failed[-1][0], "msg": failed[-1][1].get("msg", ""), "msgs": msgs,
+                "changed": changed}
+    return {"rc": out.returncode, "task": None, "msg": "", "msgs": [], "changed": changed}

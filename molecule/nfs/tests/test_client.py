@@ -3,15 +3,13 @@ kernel mount is skipped with its reason where the kernel has no NFS (as here).""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.support.verify import ARTIFACTS
+from tests.support.verify import ARTIFACTS, run_role
 
 UNITS = {
     p.name: dict(line.split("=", 1) for line in p.read_text().splitlines() if "=" in line)
@@ -73,35 +71,6 @@ def test_mounted(host, unit):
 
 def test_unknown_unit_fails_early():
     """A unit name the compiler did not render stops the play in preflight, named."""
-    playbook = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "nfs_client-units.yml"
-    playbook.write_text(
-        yaml.safe_dump(
-            [{"name": "units", "hosts": "nfs_client", "gather_facts": False, "roles": ["nfs_client"]}]
-        )
-    )
-    out = subprocess.run(
-        [
-            "ansible-playbook",
-            "-i",
-            str(Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent),
-            "--check",
-            "--tags",
-            "nfs_client_install",
-            "-e",
-            json.dumps({"nfs_client_units": ["nope.mount"]}),
-            str(playbook),
-        ],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"},
-    )
-    assert out.returncode != 0
-    start = 0 if out.stdout.startswith("{") else out.stdout.index("\n{") + 1
-    result, _ = json.JSONDecoder().raw_decode(out.stdout, start)
-    failed = [
-        r for t in result["plays"][0]["tasks"] for r in t["hosts"].values() if r.get("failed")
-    ]
-    msgs = [i.get("msg", "") for r in failed for i in r.get("results", [r]) if i.get("failed")]
-    assert any("storage/units/nope.mount does not exist" in m for m in msgs), msgs
+    got = run_role("nfs_client", {"nfs_client_units": ["nope.mount"]}, "nfs_client_install", hosts="nfs_client")
+    assert got["rc"] != 0
+    assert any("storage/units/nope.mount does not exist" in m for m in got["msgs"]), got

@@ -4,17 +4,15 @@ another node is molecule/nfs."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.support.verify import ARTIFACTS, journal, sha256
+from tests.support.verify import ARTIFACTS, journal, run_role, sha256
 
 EXPORTS = sorted(
     {
@@ -116,37 +114,8 @@ def test_overlay_export_path_fails_early(host, tmp_path):
     shutil.copytree(ARTIFACTS / "storage", bad / "storage")
     exports = bad / "storage" / "exports"
     exports.write_text(exports.read_text().replace(EXPORTS[0] + " ", "/srv/on-overlay ", 1))
-    playbook = tmp_path / "overlay.yml"
-    playbook.write_text(
-        yaml.safe_dump(
-            [{"name": "overlay", "hosts": "nfs_server", "gather_facts": False, "roles": ["nfs_server"]}]
-        )
-    )
-    out = subprocess.run(
-        [
-            "ansible-playbook",
-            "-i",
-            str(Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent),
-            "--check",
-            "--tags",
-            "nfs_server_install",
-            "-e",
-            json.dumps({"railyard_artifacts_dir": str(bad)}),
-            str(playbook),
-        ],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"},
-    )
-    assert out.returncode != 0
-    start = 0 if out.stdout.startswith("{") else out.stdout.index("\n{") + 1
-    result, _ = json.JSONDecoder().raw_decode(out.stdout, start)
-    failed = [
-        r for t in result["plays"][0]["tasks"] for r in t["hosts"].values() if r.get("failed")
-    ]
-    msgs = [i.get("msg", "") for r in failed for i in r.get("results", [r]) if i.get("failed")]
-    assert msgs and msgs[0].startswith(
+    got = run_role("nfs_server", {"railyard_artifacts_dir": str(bad)}, "nfs_server_install", hosts="nfs_server")
+    assert got["rc"] != 0
+    assert got["msgs"] and got["msgs"][0].startswith(
         "nfs_server: /srv/on-overlay is on overlay, which has no file handles"
-    ), msgs
+    ), got
