@@ -473,6 +473,15 @@ PREEMPTING = {q["name"]: (q.get("preemption") or {}).get("within_cluster_queue",
               for q in SPEC_K8S["kueue"]["cluster_queues"]}
 
 
+def record(key: str, value: object) -> None:
+    """A measured figure of the batch-policy proofs, into <artifacts>/../policy.json (as the
+    HA test writes failover.json): pytest shows no output of a passing verifier check."""
+    path = ARTIFACTS.parent / "policy.json"
+    figures = json.loads(path.read_text()) if path.exists() else {}
+    figures[key] = value
+    path.write_text(json.dumps(figures, indent=1) + "\n")
+
+
 def _preempt(queue: str, high: str, low: str, patience: float) -> dict[str, float | None]:
     """A low-priority job holds all of *queue*'s GPUs, then a high-priority job of one node
     arrives. Returns the seconds from its submission to the low one's eviction and to its
@@ -505,6 +514,8 @@ def test_a_high_priority_job_preempts_a_low_one_that_runs_again_later_where_the_
         assert got["running"] is not None, f"{urgent} did not run after the preemption: {workload_of(urgent)}"
         print(f"\n{urgent} ({high}): {filler} ({low}) evicted {got['evicted']:.2f} s after its submission, "
               f"its pod Running {got['running']:.2f} s after it")
+        record("preemption", {"submit_to_evicted_s": round(got["evicted"], 2),
+                              "submit_to_high_running_s": round(got["running"], 2)})
         # requeued, not lost: it waits while the high one runs, and runs again once it ends
         requeued = workload_of(filler)
         assert condition(requeued, "QuotaReserved").get("status") != "True", requeued
@@ -514,6 +525,7 @@ def test_a_high_priority_job_preempts_a_low_one_that_runs_again_later_where_the_
         ran, _ = wait(lambda: running_pods(filler), 60)
         assert ran is not None, f"{filler}'s pods did not run again"
         print(f"{filler} admitted again {took:.2f} s after {urgent} was deleted")
+        record("preempted_readmitted_s", round(took, 2))
         delete_job(filler)
 
         # the control: the same pair in a queue that never preempts
@@ -526,6 +538,12 @@ def test_a_high_priority_job_preempts_a_low_one_that_runs_again_later_where_the_
     finally:
         for n in names:
             delete_job(n)
+
+
+def _borrowed_gpus(queue: str) -> str | None:
+    usage = (get("clusterqueue", queue).get("status") or {}).get("flavorsUsage") or []
+    return next((r.get("borrowed", "0") for f in usage for r in f["resources"] if r["name"] == "nvidia.com/gpu"),
+                None)
 
 
 def test_a_queue_borrows_idle_gpus_and_the_lender_takes_them_back_where_the_control_lender_waits():
@@ -544,9 +562,9 @@ def test_a_queue_borrows_idle_gpus_and_the_lender_takes_them_back_where_the_cont
             kubectl("apply", "-f", "-", stdin=job(wide, 2, 1, queue=f"{cohort}-borrower"))
             took, _ = wait(lambda w=wide: condition(workload_of(w), "Admitted").get("status") == "True", 60)
             assert took is not None, f"{wide} (2 GPUs, its queue has 1) did not borrow: {workload_of(wide)}"
-            usage = get("clusterqueue", f"{cohort}-borrower")["status"]["flavorsUsage"]
-            borrowed = {r["name"]: r.get("borrowed", "0") for f in usage for r in f["resources"]}
-            assert borrowed.get("nvidia.com/gpu") == "1", usage
+            # the queue's status says so (Kueue writes it a moment after the admission)
+            borrowed, _ = wait(lambda c=cohort: _borrowed_gpus(f"{c}-borrower") == "1", 30)
+            assert borrowed is not None, get("clusterqueue", f"{cohort}-borrower").get("status")
             t0 = time.monotonic()
             kubectl("apply", "-f", "-", stdin=job(own, 1, 1, queue=f"{cohort}-lender"))
             if reclaim == "Any":
@@ -554,8 +572,10 @@ def test_a_queue_borrows_idle_gpus_and_the_lender_takes_them_back_where_the_cont
                 assert took is not None, f"{own} did not get its lent GPU back: {workload_of(own)}"
                 assert condition(workload_of(wide), "Evicted").get("reason") == "Preempted", workload_of(wide)
                 assert condition(workload_of(wide), "QuotaReserved").get("status") != "True", workload_of(wide)
-                print(f"\n{cohort}: the lender's job admitted {time.monotonic() - t0:.2f} s after its submission, "
+                reclaimed = time.monotonic() - t0
+                print(f"\n{cohort}: the lender's job admitted {reclaimed:.2f} s after its submission, "
                       f"the borrower's requeued")
+                record("reclaim_submit_to_admitted_s", round(reclaimed, 2))
             else:
                 time.sleep(10)  # Kueue reclaimed within seconds above
                 assert condition(workload_of(own), "QuotaReserved").get("status") != "True", workload_of(own)
@@ -613,6 +633,8 @@ def test_fair_sharing_admits_by_the_queues_weights_where_equal_weights_split_eve
             print(f"\n{cohort} (weights {weights[a]}:{weights[b]}): admitted {last[a]}:{last[b]} of {total} "
                   f"(settled {since - t0:.1f} s after submission; {weights[a]}:{weights[b]} is "
                   f"{want_a:.2f}:{total - want_a:.2f})")
+            record(f"fair_share_{cohort}", {"weights": [weights[a], weights[b]], "admitted": [last[a], last[b]],
+                                            "settled_s": round(since - t0, 1)})
             assert abs(last[a] - want_a) <= 1, (cohort, last, want_a)
         finally:
             kubectl("delete", "jobs", "-n", LQ["metadata"]["namespace"], "-l", f"railyard-test={cohort}",
