@@ -228,6 +228,12 @@ def test_switches_keeps_a_job_in_one_su(stack: dict) -> None:
 
 # A batch job that checkpoints on USR1: it records when the signal came (seconds after it
 # started), then keeps working until Slurm ends it.
+# The checkpointing jobs' limit and warning (seconds). slurmctld looks at time limits every
+# 30 s (docs/user-guide.md, "Jobs that checkpoint"); a one-minute job with USR1@45 left one or
+# two looks in which to warn, and in a loaded run on 2026-12-07 it got no USR1 at all
+# (slurmctld logged its start and its TIMEOUT, nothing between). Two minutes and a warning
+# 90 s before the limit leave three or four.
+CKPT_LIMIT_S, CKPT_WARN_S = 120, 90
 CHECKPOINTING_JOB = """#!/bin/bash
 start=$(date +%s)
 trap 'echo "USR1 after $(( $(date +%s) - start )) s"' USR1
@@ -400,8 +406,8 @@ def test_ssh_to_a_compute_node_needs_a_job_there_and_ends_with_it(stack: dict) -
 
 @pytest.mark.timeout(60)
 def test_checkpointing_jobs_submitted(stack: dict) -> None:
-    """docs/user-guide.md "Jobs that checkpoint": `--signal=B:USR1@45` with a one-minute
-    limit, and the same job without it as the control. They take two minutes (the limit
+    """docs/user-guide.md "Jobs that checkpoint": `--signal=B:USR1@90` with a two-minute
+    limit, and the same job without it as the control. They take three minutes (the limit
     and the spec's over_time_limit), so they run while the Kubernetes steps and the
     no-change preview below (which use no Slurm node) do;
     test_signal_before_the_time_limit_then_the_end reads how they ended."""
@@ -412,8 +418,8 @@ def test_checkpointing_jobs_submitted(stack: dict) -> None:
     out = "/home/railyard-e2e"
     _login("mkdir", "-p", out)
     jobs = {}
-    for label, node, extra in (("signalled", "gpu001", ["--signal=B:USR1@45"]), ("control", "gpu002", [])):
-        proc, _ = _login("sbatch", "--parsable", "-N1", "-w", node, "--time=1", *extra,
+    for label, node, extra in (("signalled", "gpu001", [f"--signal=B:USR1@{CKPT_WARN_S}"]), ("control", "gpu002", [])):
+        proc, _ = _login("sbatch", "--parsable", "-N1", "-w", node, f"--time={CKPT_LIMIT_S // 60}", *extra,
                          "-o", f"{out}/ckpt-%j.out", input=CHECKPOINTING_JOB)
         assert proc.returncode == 0, proc.stderr
         jobs[label] = proc.stdout.strip().split(";")[0]
@@ -628,7 +634,7 @@ def test_no_change_preview_and_refresh(stack: dict) -> None:
     assert set(refresh.summary.resource_changes or {}) == {"same"}
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(420)  # up to the jobs' limit, over_time_limit and KillWait after their submission
 def test_signal_before_the_time_limit_then_the_end(stack: dict) -> None:
     """The jobs of test_checkpointing_jobs_submitted: the signalled one gets USR1 before the
     limit, the control none; both end as TIMEOUT once the limit and over_time_limit are past."""
@@ -636,7 +642,7 @@ def test_signal_before_the_time_limit_then_the_end(stack: dict) -> None:
         pytest.fail("test_checkpointing_jobs_submitted did not submit the jobs")
     jobs, over, out = (stack["checkpointing"][k] for k in ("jobs", "over", "out"))
     try:
-        ended = {label: _wait_job(job, FINISHED, timeout=60 + over + 120) for label, job in jobs.items()}
+        ended = {label: _wait_job(job, FINISHED, timeout=CKPT_LIMIT_S + over + 120) for label, job in jobs.items()}
         logs = {label: _login("cat", f"{out}/ckpt-{job}.out")[0].stdout for label, job in jobs.items()}
         print(f"\nsignalled: {logs['signalled'].split()} RunTime={ended['signalled'].get('RunTime')}; "
               f"control: {logs['control'].split()} RunTime={ended['control'].get('RunTime')}")
@@ -646,10 +652,10 @@ def test_signal_before_the_time_limit_then_the_end(stack: dict) -> None:
             run = h * 3600 + m * 60 + sec
             # ended after the limit and the over-time, within slurmctld's 30 s check interval
             # and KillWait (30 s) of it
-            assert 60 + over <= run <= 60 + over + 70, (label, fields["RunTime"])
+            assert CKPT_LIMIT_S + over <= run <= CKPT_LIMIT_S + over + 70, (label, fields["RunTime"])
             assert "CANCELLED AT" in logs[label] and "DUE TO TIME LIMIT" in logs[label], logs[label]
         got = re.findall(r"USR1 after (\d+) s", logs["signalled"])
-        assert len(got) == 1 and int(got[0]) < 60, logs["signalled"]
+        assert len(got) == 1 and int(got[0]) < CKPT_LIMIT_S, logs["signalled"]
         assert "USR1" not in logs["control"], logs["control"]
         TIMES.update(usr1_after_s=int(got[0]))
     finally:
